@@ -1,6 +1,38 @@
 """implicit-em: gradient descent as implicit EM in distance-based models."""
 
 from implicit_em import probes
+from implicit_em._checks import set_validate_args, validate_args_enabled
+from implicit_em.distances import GaussianComponents, GaussianEnergies, MahalanobisUnit, Prototypes
+from implicit_em.objectives import (
+    constrained_cross_entropy,
+    correntropy,
+    gaussian_energies,
+    gaussian_mixture_log_likelihood,
+    identity_residual,
+    independent_sigmoid_bce,
+    lse,
+    mixture_nll,
+    responsibilities,
+    softmin_bounds,
+)
 
-__all__ = ["probes"]
+__all__ = [
+    "GaussianComponents",
+    "GaussianEnergies",
+    "MahalanobisUnit",
+    "Prototypes",
+    "constrained_cross_entropy",
+    "correntropy",
+    "gaussian_energies",
+    "gaussian_mixture_log_likelihood",
+    "identity_residual",
+    "independent_sigmoid_bce",
+    "lse",
+    "mixture_nll",
+    "probes",
+    "responsibilities",
+    "set_validate_args",
+    "softmin_bounds",
+    "validate_args_enabled",
+]
 __version__ = "0.1.0"

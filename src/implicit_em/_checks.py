@@ -1,0 +1,63 @@
+"""Input checks shared by the objectives and the distance layers.
+
+Shape checks are free and always run. Checks that read tensor values (NaN, -inf, rows with no possible
+component) cost one reduction and, on an accelerator, a device synchronisation. They run by default and can be
+switched off for speed, as :meth:`torch.distributions.Distribution.set_default_validate_args` does::
+
+    implicit_em.set_validate_args(False)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_VALIDATE_ARGS = True
+
+
+def set_validate_args(value: bool) -> None:
+    """Turn the value checks (NaN, -inf, all-impossible rows) on or off for the whole library."""
+    global _VALIDATE_ARGS
+    _VALIDATE_ARGS = bool(value)
+
+
+def validate_args_enabled() -> bool:
+    """Whether value checks are on (default True)."""
+    return _VALIDATE_ARGS
+
+
+def check_floating(name: str, t: Tensor) -> None:
+    """Raise unless ``t`` is a floating-point tensor."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+
+
+def check_distances(d: Tensor, dim: int, name: str = "d") -> None:
+    """Check a distance tensor: float, at least one dimension, K >= 1 along ``dim``; then, when value checks are
+    on, no NaN, no -inf, and no row whose distances are all +inf (a row with no possible component)."""
+    check_floating(name, d)
+    if d.dim() == 0:
+        raise ValueError(f"{name} must have at least one dimension (the K components), got a scalar")
+    if not -d.dim() <= dim < d.dim():
+        raise ValueError(f"dim={dim} is out of range for {name} of shape {tuple(d.shape)}")
+    if d.shape[dim] == 0:
+        raise ValueError(f"{name} has K = 0 components along dim={dim} (shape {tuple(d.shape)}); need K >= 1")
+    if not _VALIDATE_ARGS:
+        return
+    if torch.isnan(d).any():
+        raise ValueError(f"{name} contains NaN")
+    if (d == float("-inf")).any():
+        raise ValueError(f"{name} contains -inf (a distance must be > -inf; +inf marks an impossible component)")
+    if d.numel() > 0 and torch.isposinf(d).all(dim=dim).any():
+        raise ValueError(
+            f"{name} has a row where every distance is +inf: no component is possible there, so the "
+            "log-sum-exp is -inf and the responsibilities are undefined"
+        )
+
+
+def check_finite(name: str, t: Tensor) -> None:
+    """When value checks are on, raise if ``t`` holds NaN or +-inf."""
+    if _VALIDATE_ARGS and not torch.isfinite(t).all():
+        raise ValueError(f"{name} contains NaN or inf")

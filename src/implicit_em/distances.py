@@ -1,0 +1,306 @@
+r"""Distance layers: modules whose outputs are distances d (paper §2.1, §3.4).
+
+Each module owns its parameters and their parametrisation; the math is a pure function called in ``forward``.
+
+- :class:`MahalanobisUnit`: :math:`d(x) = |w \cdot x + b|`, a linear layer followed by abs (§2.1).
+- :class:`Prototypes`: squared Euclidean distances to K learnable prototypes.
+- :class:`GaussianComponents`: K means and whitenings; energies with and without the log-det volume term.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from implicit_em._checks import check_finite, check_floating
+from implicit_em.objectives import COVARIANCE_TYPES, CovarianceType, gaussian_energies
+
+__all__ = [
+    "GaussianComponents",
+    "GaussianEnergies",
+    "MahalanobisUnit",
+    "Prototypes",
+    "mahalanobis_unit",
+    "squared_euclidean",
+]
+
+
+def mahalanobis_unit(
+    x: Float[Tensor, "*batch d"], weight: Float[Tensor, "m d"], bias: Float[Tensor, " m"] | None
+) -> Float[Tensor, "*batch m"]:
+    r"""Distances :math:`|w_m \cdot x + b_m|` of M units; :math:`|z| = \mathrm{relu}(z) + \mathrm{relu}(-z)`."""
+    return F.linear(x, weight, bias).abs()
+
+
+def squared_euclidean(x: Float[Tensor, "*batch d"], prototypes: Float[Tensor, "k d"]) -> Float[Tensor, "*batch k"]:
+    r""":math:`d_k(x) = \|x - m_k\|^2`, computed on the explicit difference (no cancellation), shape (..., K)."""
+    if x.shape[-1] != prototypes.shape[-1]:
+        raise ValueError(
+            f"x has {x.shape[-1]} features but the prototypes have {prototypes.shape[-1]} "
+            f"(x {tuple(x.shape)}, prototypes {tuple(prototypes.shape)})"
+        )
+    return (x.unsqueeze(-2) - prototypes).square().sum(dim=-1)
+
+
+class MahalanobisUnit(nn.Module):
+    r"""M units :math:`d_m(x) = |w_m \cdot x + b_m|`: a linear layer followed by abs (paper §2.1).
+
+    With :math:`w = \lambda^{-1/2} v` and :math:`b = -\lambda^{-1/2} v \cdot \mu` for an eigenpair
+    :math:`(\lambda, v)` of a Gaussian's covariance, the unit is the Mahalanobis distance along that principal
+    axis, :math:`|v \cdot (x - \mu)| / \sqrt\lambda` (see :meth:`from_gaussian`).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int = 1,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
+
+    @classmethod
+    def from_gaussian(cls, mean: Tensor, direction: Tensor, eigenvalue: Tensor | float) -> MahalanobisUnit:
+        """Units for principal axes of a Gaussian: ``mean`` (D,), unit ``direction`` (D,) or (M, D),
+        ``eigenvalue`` a positive scalar or (M,)."""
+        direction = direction.unsqueeze(0) if direction.dim() == 1 else direction  # (M, D)
+        if mean.shape != direction.shape[-1:]:
+            raise ValueError(f"mean {tuple(mean.shape)} and direction {tuple(direction.shape)} disagree on D")
+        lam = torch.as_tensor(eigenvalue, dtype=direction.dtype, device=direction.device).reshape(-1)
+        if not bool((lam > 0).all()):
+            raise ValueError(f"eigenvalues must be > 0, got {lam.tolist()}")
+        w = direction * lam.rsqrt().unsqueeze(-1)  # (M, D)
+        unit = cls(direction.shape[-1], direction.shape[0], device=direction.device, dtype=direction.dtype)
+        with torch.no_grad():
+            unit.linear.weight.copy_(w)
+            assert unit.linear.bias is not None
+            unit.linear.bias.copy_(-(w @ mean))
+        return unit
+
+    @property
+    def weight(self) -> Tensor:
+        return self.linear.weight
+
+    @property
+    def bias(self) -> Tensor | None:
+        return self.linear.bias
+
+    def forward(self, x: Float[Tensor, "*batch d"]) -> Float[Tensor, "*batch m"]:
+        return mahalanobis_unit(x, self.linear.weight, self.linear.bias)
+
+
+class Prototypes(nn.Module):
+    r"""Squared Euclidean distances :math:`d_k(x) = \|x - m_k\|^2` to K learnable prototypes (shape (K, D))."""
+
+    def __init__(
+        self,
+        n_components: int,
+        n_features: int,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if n_components < 1 or n_features < 1:
+            raise ValueError(f"need n_components >= 1 and n_features >= 1, got {n_components}, {n_features}")
+        self.prototypes = nn.Parameter(torch.randn(n_components, n_features, device=device, dtype=dtype))
+
+    def forward(self, x: Float[Tensor, "*batch d"]) -> Float[Tensor, "*batch k"]:
+        return squared_euclidean(x, self.prototypes)
+
+    def extra_repr(self) -> str:
+        k, d = self.prototypes.shape
+        return f"n_components={k}, n_features={d}"
+
+
+class GaussianEnergies(NamedTuple):
+    """What :class:`GaussianComponents` returns.
+
+    Attributes:
+        energy: (..., K), :math:`\\tfrac12\\|z_j\\|^2 - \\log|\\det W_j| + \\tfrac D2 \\log 2\\pi` = −log N(x; μ_j, Σ_j).
+        distance: (..., K), :math:`\\tfrac12\\|z_j\\|^2`, the energy without the volume term.
+        log_det: (K,), log|det W_j|.
+    """
+
+    energy: Tensor
+    distance: Tensor
+    log_det: Tensor
+
+
+class GaussianComponents(nn.Module):
+    r"""K Gaussian components as distances: means :math:`\mu_j` and whitenings :math:`W_j` (paper §3.4).
+
+    :math:`z_j = W_j(x - \mu_j)`, :math:`\Sigma_j = (W_j^\top W_j)^{-1}`. Parametrisations by
+    ``covariance_type`` (sklearn's names):
+
+    - ``"full"``: per component a lower-triangular W with positive diagonal, stored as ``log_diag`` (K, D)
+      and ``lower`` (K, D, D) of which only the strict lower triangle is used. No inverse or determinant of a
+      full matrix is formed in the forward pass: log|det W| is the sum of ``log_diag``.
+    - ``"tied"``: one such W (``log_diag`` (D,), ``lower`` (D, D)) shared by all components.
+    - ``"diag"``: W = diag(exp(``log_diag``)), ``log_diag`` (K, D).
+    - ``"spherical"``: W = exp(``log_scale``) I, ``log_scale`` (K,).
+
+    Initialised with standard-normal means and identity whitening; use :meth:`from_covariances`,
+    :meth:`from_precisions_cholesky` or :meth:`set_parameters_` to start elsewhere.
+    """
+
+    def __init__(
+        self,
+        n_components: int,
+        n_features: int,
+        covariance_type: CovarianceType = "full",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if covariance_type not in COVARIANCE_TYPES:
+            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}, got {covariance_type!r}")
+        if n_components < 1 or n_features < 1:
+            raise ValueError(f"need n_components >= 1 and n_features >= 1, got {n_components}, {n_features}")
+        self.n_components, self.n_features, self.covariance_type = n_components, n_features, covariance_type
+        k, d = n_components, n_features
+        kw = {"device": device, "dtype": dtype}
+        self.means = nn.Parameter(torch.randn(k, d, **kw))  # type: ignore[arg-type]
+        if covariance_type == "full":
+            self.log_diag = nn.Parameter(torch.zeros(k, d, **kw))  # type: ignore[arg-type]
+            self.lower = nn.Parameter(torch.zeros(k, d, d, **kw))  # type: ignore[arg-type]
+        elif covariance_type == "tied":
+            self.log_diag = nn.Parameter(torch.zeros(d, **kw))  # type: ignore[arg-type]
+            self.lower = nn.Parameter(torch.zeros(d, d, **kw))  # type: ignore[arg-type]
+        elif covariance_type == "diag":
+            self.log_diag = nn.Parameter(torch.zeros(k, d, **kw))  # type: ignore[arg-type]
+        else:
+            self.log_scale = nn.Parameter(torch.zeros(k, **kw))  # type: ignore[arg-type]
+
+    # -- parametrisation ---------------------------------------------------------------------------------------
+
+    def whitening(self) -> Tensor:
+        """W in :func:`~implicit_em.objectives.whiten`'s convention: full (K, D, D) lower-triangular, tied
+        (D, D), diag (K, D), spherical (K,)."""
+        if self.covariance_type in ("full", "tied"):
+            return torch.tril(self.lower, diagonal=-1) + torch.diag_embed(self.log_diag.exp())
+        if self.covariance_type == "diag":
+            return self.log_diag.exp()
+        return self.log_scale.exp()
+
+    def log_det(self) -> Float[Tensor, " k"]:
+        """log|det W_j| for each component, (K,): a sum of log-diagonals, O(D) per component."""
+        if self.covariance_type == "full" or self.covariance_type == "diag":
+            return self.log_diag.sum(dim=-1)
+        if self.covariance_type == "tied":
+            return self.log_diag.sum().expand(self.n_components)
+        return self.n_features * self.log_scale
+
+    def forward(self, x: Float[Tensor, "*batch d"]) -> GaussianEnergies:
+        """Energies, distances (both (..., K)) and log|det W| (K,) for inputs x (..., D)."""
+        log_det = self.log_det()
+        distance = gaussian_energies(x, self.means, self.whitening(), self.covariance_type, volume=False)
+        energy = distance - log_det + 0.5 * self.n_features * math.log(2 * math.pi)
+        return GaussianEnergies(energy, distance, log_det)
+
+    # -- sklearn-shaped views ----------------------------------------------------------------------------------
+
+    def precisions_cholesky(self) -> Tensor:
+        """sklearn's ``precisions_cholesky_``: full (K, D, D) upper-triangular, tied (D, D), diag (K, D),
+        spherical (K,); precision = P Pᵀ."""
+        w = self.whitening()
+        return w.mT if self.covariance_type in ("full", "tied") else w
+
+    def precisions(self) -> Tensor:
+        """sklearn's ``precisions_``: Wᵀ W (full (K, D, D), tied (D, D)) or W² (diag (K, D), spherical (K,))."""
+        w = self.whitening()
+        return w.mT @ w if self.covariance_type in ("full", "tied") else w.square()
+
+    def covariances(self) -> Tensor:
+        """sklearn's ``covariances_``: Σ = W⁻¹ W⁻ᵀ by a triangular solve (no general inverse), or 1/W²."""
+        w = self.whitening()
+        if self.covariance_type in ("full", "tied"):
+            eye = torch.eye(self.n_features, dtype=w.dtype, device=w.device).expand_as(w)
+            w_inv = torch.linalg.solve_triangular(w, eye, upper=False)
+            return w_inv @ w_inv.mT
+        return w.square().reciprocal()
+
+    # -- construction ------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def set_parameters_(self, means: Tensor, precisions_cholesky: Tensor) -> GaussianComponents:
+        """Overwrite the parameters in place from sklearn-style ``means`` and ``precisions_cholesky``."""
+        check_floating("means", means)
+        check_floating("precisions_cholesky", precisions_cholesky)
+        if means.shape != self.means.shape:
+            raise ValueError(f"means must have shape {tuple(self.means.shape)}, got {tuple(means.shape)}")
+        check_finite("means", means)
+        check_finite("precisions_cholesky", precisions_cholesky)
+        k, d = self.n_components, self.n_features
+        expected = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}[self.covariance_type]
+        if tuple(precisions_cholesky.shape) != expected:
+            raise ValueError(
+                f"{self.covariance_type} precisions_cholesky must have shape {expected}, "
+                f"got {tuple(precisions_cholesky.shape)}"
+            )
+        w = precisions_cholesky.mT if self.covariance_type in ("full", "tied") else precisions_cholesky
+        diag = torch.diagonal(w, dim1=-2, dim2=-1) if self.covariance_type in ("full", "tied") else w
+        if not bool((diag > 0).all()):
+            raise ValueError("precisions_cholesky must have a strictly positive diagonal (a degenerate covariance?)")
+        if self.covariance_type in ("full", "tied") and bool((torch.triu(w, diagonal=1) != 0).any()):
+            raise ValueError("precisions_cholesky must be upper-triangular (sklearn's convention)")
+        self.means.copy_(means)
+        if self.covariance_type == "spherical":
+            self.log_scale.copy_(w.log())
+        else:
+            self.log_diag.copy_(diag.log())
+        if self.covariance_type in ("full", "tied"):
+            self.lower.copy_(torch.tril(w, diagonal=-1))
+        return self
+
+    @classmethod
+    def from_precisions_cholesky(
+        cls, means: Tensor, precisions_cholesky: Tensor, covariance_type: CovarianceType = "full"
+    ) -> GaussianComponents:
+        """Components from sklearn-style ``means`` (K, D) and ``precisions_cholesky`` (shape by type)."""
+        if means.dim() != 2:
+            raise ValueError(f"means must have shape (K, D), got {tuple(means.shape)}")
+        module = cls(*means.shape, covariance_type=covariance_type, device=means.device, dtype=means.dtype)
+        return module.set_parameters_(means, precisions_cholesky)
+
+    @classmethod
+    def from_covariances(
+        cls, means: Tensor, covariances: Tensor, covariance_type: CovarianceType = "full"
+    ) -> GaussianComponents:
+        """Components from ``means`` (K, D) and sklearn-shaped ``covariances``; raises ``ValueError`` naming the
+        component whose covariance is not positive definite."""
+        return cls.from_precisions_cholesky(means, precisions_cholesky_from_covariances(covariances, covariance_type),
+                                            covariance_type)
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_components={self.n_components}, n_features={self.n_features}, "
+            f"covariance_type={self.covariance_type!r}"
+        )
+
+
+def precisions_cholesky_from_covariances(covariances: Tensor, covariance_type: CovarianceType) -> Tensor:
+    """sklearn's ``_compute_precision_cholesky`` in torch: P = L⁻ᵀ for Σ = L Lᵀ (full, tied), 1/√σ² otherwise."""
+    check_floating("covariances", covariances)
+    check_finite("covariances", covariances)
+    if covariance_type in ("full", "tied"):
+        if covariances.shape[-1] != covariances.shape[-2]:
+            raise ValueError(f"covariances must be square matrices, got {tuple(covariances.shape)}")
+        chol, info = torch.linalg.cholesky_ex(covariances)
+        if bool((info != 0).any()):
+            bad = torch.nonzero(info.reshape(-1)).flatten().tolist()
+            raise ValueError(
+                f"covariance {'' if covariance_type == 'tied' else f'of component(s) {bad} '}is not positive "
+                "definite (degenerate covariance); add a ridge such as reg_covar"
+            )
+        eye = torch.eye(covariances.shape[-1], dtype=covariances.dtype, device=covariances.device)
+        return torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False).mT
+    if not bool((covariances > 0).all()):
+        raise ValueError("variances must be > 0 (degenerate covariance); add a ridge such as reg_covar")
+    return covariances.rsqrt()
