@@ -7,8 +7,6 @@ Each module owns its parameters and their parametrisation; the math is a pure fu
 - :class:`GaussianComponents`: K means and whitenings; energies with and without the log-det volume term.
 """
 
-from __future__ import annotations
-
 import math
 from typing import NamedTuple
 
@@ -67,7 +65,7 @@ class MahalanobisUnit(nn.Module):
         self.linear = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
 
     @classmethod
-    def from_gaussian(cls, mean: Tensor, direction: Tensor, eigenvalue: Tensor | float) -> MahalanobisUnit:
+    def from_gaussian(cls, mean: Tensor, direction: Tensor, eigenvalue: Tensor | float) -> "MahalanobisUnit":
         """Units for principal axes of a Gaussian: ``mean`` (D,), unit ``direction`` (D,) or (M, D),
         ``eigenvalue`` a positive scalar or (M,)."""
         direction = direction.unsqueeze(0) if direction.dim() == 1 else direction  # (M, D)
@@ -120,11 +118,12 @@ class Prototypes(nn.Module):
 
 
 class GaussianEnergies(NamedTuple):
-    """What :class:`GaussianComponents` returns.
+    r"""What :class:`GaussianComponents` returns.
 
     Attributes:
-        energy: (..., K), :math:`\\tfrac12\\|z_j\\|^2 - \\log|\\det W_j| + \\tfrac D2 \\log 2\\pi` = −log N(x; μ_j, Σ_j).
-        distance: (..., K), :math:`\\tfrac12\\|z_j\\|^2`, the energy without the volume term.
+        energy: (..., K), :math:`\tfrac12\|z_j\|^2 - \log|\det W_j| + \tfrac D2 \log 2\pi`, i.e.
+            :math:`-\log \mathcal N(x; \mu_j, \Sigma_j)`.
+        distance: (..., K), :math:`\tfrac12\|z_j\|^2`, the energy without the volume term.
         log_det: (K,), log|det W_j|.
     """
 
@@ -178,7 +177,7 @@ class GaussianComponents(nn.Module):
         else:
             self.log_scale = nn.Parameter(torch.zeros(k, **kw))  # type: ignore[arg-type]
 
-    # -- parametrisation ---------------------------------------------------------------------------------------
+    # -- parametrisation -------------------------------------------------------------------------------------
 
     def whitening(self) -> Tensor:
         """W in :func:`~implicit_em.objectives.whiten`'s convention: full (K, D, D) lower-triangular, tied
@@ -204,7 +203,7 @@ class GaussianComponents(nn.Module):
         energy = distance - log_det + 0.5 * self.n_features * math.log(2 * math.pi)
         return GaussianEnergies(energy, distance, log_det)
 
-    # -- sklearn-shaped views ----------------------------------------------------------------------------------
+    # -- sklearn-shaped views --------------------------------------------------------------------------------
 
     def precisions_cholesky(self) -> Tensor:
         """sklearn's ``precisions_cholesky_``: full (K, D, D) upper-triangular, tied (D, D), diag (K, D),
@@ -226,10 +225,10 @@ class GaussianComponents(nn.Module):
             return w_inv @ w_inv.mT
         return w.square().reciprocal()
 
-    # -- construction ------------------------------------------------------------------------------------------
+    # -- construction ----------------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def set_parameters_(self, means: Tensor, precisions_cholesky: Tensor) -> GaussianComponents:
+    def set_parameters_(self, means: Tensor, precisions_cholesky: Tensor) -> "GaussianComponents":
         """Overwrite the parameters in place from sklearn-style ``means`` and ``precisions_cholesky``."""
         check_floating("means", means)
         check_floating("precisions_cholesky", precisions_cholesky)
@@ -262,26 +261,28 @@ class GaussianComponents(nn.Module):
     @classmethod
     def from_precisions_cholesky(
         cls, means: Tensor, precisions_cholesky: Tensor, covariance_type: CovarianceType = "full"
-    ) -> GaussianComponents:
+    ) -> "GaussianComponents":
         """Components from sklearn-style ``means`` (K, D) and ``precisions_cholesky`` (shape by type)."""
         if means.dim() != 2:
             raise ValueError(f"means must have shape (K, D), got {tuple(means.shape)}")
-        module = cls(*means.shape, covariance_type=covariance_type, device=means.device, dtype=means.dtype)
+        module = cls(
+            means.shape[0], means.shape[1], covariance_type=covariance_type, device=means.device, dtype=means.dtype
+        )
         return module.set_parameters_(means, precisions_cholesky)
 
     @classmethod
     def from_covariances(
         cls, means: Tensor, covariances: Tensor, covariance_type: CovarianceType = "full"
-    ) -> GaussianComponents:
+    ) -> "GaussianComponents":
         """Components from ``means`` (K, D) and sklearn-shaped ``covariances``; raises ``ValueError`` naming the
         component whose covariance is not positive definite."""
-        return cls.from_precisions_cholesky(means, precisions_cholesky_from_covariances(covariances, covariance_type),
-                                            covariance_type)
+        return cls.from_precisions_cholesky(
+            means, precisions_cholesky_from_covariances(covariances, covariance_type), covariance_type
+        )
 
     def extra_repr(self) -> str:
         return (
-            f"n_components={self.n_components}, n_features={self.n_features}, "
-            f"covariance_type={self.covariance_type!r}"
+            f"n_components={self.n_components}, n_features={self.n_features}, covariance_type={self.covariance_type!r}"
         )
 
 

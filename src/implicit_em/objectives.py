@@ -15,8 +15,6 @@ accelerator); switch them off with :func:`implicit_em.set_validate_args` (``Fals
 gives ``lse = -inf`` and NaN responsibilities.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
 from typing import Literal
@@ -112,9 +110,7 @@ def responsibilities(
     return torch.softmax(_logits(d, log_weights, dim), dim=dim)
 
 
-def mixture_nll(
-    d: Float[Tensor, "*batch k"], log_weights: Tensor | None = None, dim: int = -1
-) -> Float[Tensor, "..."]:
+def mixture_nll(d: Float[Tensor, "*batch k"], log_weights: Tensor | None = None, dim: int = -1) -> Float[Tensor, "..."]:
     r"""Negative log marginal likelihood of a mixture, the loss of the unsupervised regime (§4.1).
 
     .. math::  L^-(d) = -\log \sum_j \pi_j \exp(-d_j)
@@ -230,9 +226,7 @@ def correntropy(d: Float[Tensor, "*batch k"], sigma: float | Tensor, dim: int = 
     return (1.0 - torch.exp(-(d / sigma_t).square())).sum(dim=dim)
 
 
-def independent_sigmoid_bce(
-    z: Float[Tensor, "*batch k"], targets: Tensor, dim: int = -1
-) -> Float[Tensor, "..."]:
+def independent_sigmoid_bce(z: Float[Tensor, "*batch k"], targets: Tensor, dim: int = -1) -> Float[Tensor, "..."]:
     r"""Independent per-class sigmoid binary cross-entropy, the unnormalised control of the reviews.
 
     .. math::  \ell = \sum_k \mathrm{BCE}(\sigma(z_k), t_k), \qquad \partial \ell/\partial z_k = \sigma(z_k) - t_k
