@@ -1,0 +1,276 @@
+r"""Sufficient statistics of a Gaussian mixture on quadratic features: the fast E- and M-step engine.
+
+All K full-covariance log-densities are one matrix product. With the quadratic features
+
+.. math::  \phi(x) = [x_a x_b \text{ for } a \le b,\; x,\; 1] \in R^{P},\quad P = D(D+1)/2 + D + 1,
+
+.. math::  \log \pi_j + \log N(x; \mu_j, \Sigma_j) = \phi(x)^\top A_{:, j}
+
+for a parameter matrix A (P, K) built once per step from (π, μ, Λ = Σ⁻¹). The M-step statistics are
+S = Rᵀφ (K, P) on the same features: their columns are N_j = Σ_i r_ij, Σ_i r_ij x_i and the upper triangle of
+Σ_i r_ij x_i x_iᵀ. Data are shifted by a fixed vector (their mean) before φ so that float32 keeps its digits;
+the statistics are accumulated in float64.
+
+Parameters are kept in scikit-learn's shapes: weights (K,), means (K, D), covariances and precisions_cholesky
+(K, D, D) full, (D, D) tied, (K, D) diag, (K,) spherical (paper §3.4; W_j = precisions_cholesky_[j]ᵀ).
+"""
+
+import math
+import warnings
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
+
+
+class MixtureParams(NamedTuple):
+    """Gaussian mixture parameters in scikit-learn's shapes (see module docstring)."""
+
+    weights: Tensor
+    means: Tensor
+    covariances: Tensor
+    precisions_cholesky: Tensor
+
+
+class Summary(NamedTuple):
+    """Sufficient statistics of a batch in shifted coordinates x - shift, float64.
+
+    n: number of samples (0-dim); nk (K,) = Σ r; sx (K, D) = Σ r x; sxx (K, D, D) = Σ r x xᵀ;
+    loglik: Σ_i log p(x_i) under the parameters used for the E-step (0-dim; 0 when resp were given).
+    """
+
+    n: Tensor
+    nk: Tensor
+    sx: Tensor
+    sxx: Tensor
+    loglik: Tensor
+
+    def __add__(self, other: "Summary") -> "Summary":  # type: ignore[override]
+        return Summary(*(a + b for a, b in zip(self, other, strict=True)))
+
+    def scaled(self, c: float) -> "Summary":
+        """All statistics times c (online EM's running average)."""
+        return Summary(*(a * c for a in self))
+
+
+def _triu(n_features: int, device: torch.device | None = None) -> tuple[Tensor, Tensor]:
+    rows, cols = torch.triu_indices(n_features, n_features, device=device)
+    return rows, cols
+
+
+def quadratic_features(x: Tensor) -> Tensor:
+    """φ(x) = [x_a x_b (a ≤ b, row-major upper triangle), x, 1], shape (N, D(D+1)/2 + D + 1).
+
+    Built from D broadcast products written into one buffer (an index gather is several times slower on CPU).
+    dtype and device follow x.
+    """
+    n, d = x.shape
+    out = torch.empty(n, d * (d + 1) // 2 + d + 1, dtype=x.dtype, device=x.device)
+    col = 0
+    for a in range(d):
+        torch.mul(x[:, a : a + 1], x[:, a:], out=out[:, col : col + d - a])  # row a of the upper triangle
+        col += d - a
+    out[:, col : col + d] = x
+    out[:, -1] = 1
+    return out
+
+
+def full_precisions(
+    precisions_cholesky: Tensor, covariance_type: str, n_components: int, n_features: int
+) -> Tensor:
+    """Λ_j = U_j U_jᵀ as (K, D, D) matrices for any covariance type (U = precisions_cholesky)."""
+    u = precisions_cholesky
+    if covariance_type == "full":
+        return u @ u.mT
+    if covariance_type == "tied":
+        return (u @ u.T).expand(n_components, n_features, n_features)
+    if covariance_type == "diag":
+        return torch.diag_embed(u**2)
+    eye = torch.eye(n_features, dtype=u.dtype, device=u.device)
+    return (u**2)[:, None, None] * eye
+
+
+def log_det_cholesky(precisions_cholesky: Tensor, covariance_type: str, n_features: int) -> Tensor:
+    """log|det W_j| = Σ log diag(U_j), shape (K,) or 0-dim for tied (as sklearn's _compute_log_det_cholesky)."""
+    u = precisions_cholesky
+    if covariance_type == "full":
+        return torch.log(torch.diagonal(u, dim1=-2, dim2=-1)).sum(-1)
+    if covariance_type == "tied":
+        return torch.log(torch.diagonal(u)).sum()
+    if covariance_type == "diag":
+        return torch.log(u).sum(-1)
+    return n_features * torch.log(u)
+
+
+def score_matrix(params: MixtureParams, covariance_type: str, shift: Tensor) -> Tensor:
+    r"""A (P, K) with φ(x - shift)ᵀ A_{:,j} = log π_j + log N(x; μ_j, Σ_j).
+
+    With m = μ - shift: log N = -½ xᵀΛx + xᵀΛm - ½ mᵀΛm + log|det W| - (D/2) log 2π; an off-diagonal
+    pair x_a x_b appears twice in xᵀΛx, hence the coefficient -Λ_ab for a < b and -½Λ_aa on the diagonal.
+    """
+    weights, means, _, prec_chol = (t.double() for t in params)  # built in float64, cast by the caller
+    shift = shift.double()
+    k, d = means.shape
+    lam = full_precisions(prec_chol, covariance_type, k, d)  # (K, D, D)
+    m = means - shift
+    rows, cols = _triu(d, means.device)
+    quad = -lam[:, rows, cols] * torch.where(rows == cols, 0.5, 1.0).to(lam.dtype)  # (K, D(D+1)/2)
+    lin = torch.einsum("kab,kb->ka", lam, m)  # (K, D)
+    const = (
+        torch.log(weights)
+        - 0.5 * (lin * m).sum(-1)
+        + log_det_cholesky(prec_chol, covariance_type, d)
+        - 0.5 * d * math.log(2 * math.pi)
+    )
+    return torch.cat([quad, lin, const[:, None]], dim=1).T.contiguous()  # (P, K)
+
+
+def weighted_log_prob(x: Tensor, a: Tensor, shift: Tensor) -> Tensor:
+    """log π_j + log N(x_i; μ_j, Σ_j), shape (N, K), in the dtype of ``a`` (cast x and shift to it)."""
+    return quadratic_features(x.to(a.dtype) - shift.to(a.dtype)) @ a
+
+
+def _unpack(s: Tensor, n_features: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Split Rᵀφ (K, P) into nk (K,), Σ r x (K, D), Σ r x xᵀ (K, D, D)."""
+    k = s.shape[0]
+    rows, cols = _triu(n_features, s.device)
+    q = rows.numel()
+    sxx = torch.zeros(k, n_features, n_features, dtype=s.dtype, device=s.device)
+    sxx[:, rows, cols] = s[:, :q]
+    sxx[:, cols, rows] = s[:, :q]
+    return s[:, -1], s[:, q : q + n_features], sxx
+
+
+def summarize(x: Tensor, a: Tensor, shift: Tensor) -> tuple[Summary, Tensor]:
+    """E-step and statistics for a chunk: returns (Summary in float64, log p(x_i) per row (N,))."""
+    phi = quadratic_features(x.to(a.dtype) - shift.to(a.dtype))  # (N, P)
+    logp = phi @ a  # (N, K)
+    log_norm = torch.logsumexp(logp, dim=1)  # (N,)
+    resp = torch.exp(logp - log_norm[:, None])
+    nk, sx, sxx = _unpack((resp.T @ phi).double(), x.shape[1])
+    n = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
+    return Summary(n, nk, sx, sxx, log_norm.double().sum()), log_norm
+
+
+def summarize_resp(x: Tensor, resp: Tensor, shift: Tensor) -> Summary:
+    """Statistics for given responsibilities (initialisation from labels), float64."""
+    phi = quadratic_features(x.to(resp.dtype) - shift.to(resp.dtype))
+    nk, sx, sxx = _unpack((resp.T @ phi).double(), x.shape[1])
+    n = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
+    return Summary(n, nk, sx, sxx, torch.zeros((), dtype=torch.float64, device=x.device))
+
+
+def expected_summary(params: MixtureParams, covariance_type: str, shift: Tensor) -> Summary:
+    """The per-sample statistics the parameters imply: π_j, π_j m_j, π_j (Σ_j + m_j m_jᵀ) (online EM's s_0)."""
+    w, mu, cov, _ = (t.double() for t in params)
+    k, d = mu.shape
+    m = mu - shift.double()
+    if covariance_type == "full":
+        full = cov
+    elif covariance_type == "tied":
+        full = cov.expand(k, d, d)
+    elif covariance_type == "diag":
+        full = torch.diag_embed(cov)
+    else:
+        full = cov[:, None, None] * torch.eye(d, dtype=cov.dtype, device=cov.device)
+    sxx = w[:, None, None] * (full + m[:, :, None] * m[:, None, :])
+    one = torch.ones((), dtype=torch.float64, device=w.device)
+    return Summary(one, w.clone(), w[:, None] * m, sxx, torch.zeros_like(one))
+
+
+def covariances_from_summary(
+    summary: Summary, means_shifted: Tensor, nk: Tensor, reg_covar: float, covariance_type: str
+) -> Tensor:
+    """The M-step covariances of sklearn's ``_estimate_gaussian_covariances_*`` from the statistics."""
+    d = means_shifted.shape[1]
+    outer = means_shifted[:, :, None] * means_shifted[:, None, :]  # (K, D, D)
+    eye = torch.eye(d, dtype=outer.dtype, device=outer.device)
+    if covariance_type == "tied":
+        scatter = summary.sxx.sum(0) - (nk[:, None, None] * outer).sum(0)
+        return scatter / nk.sum() + reg_covar * eye
+    full = summary.sxx / nk[:, None, None] - outer
+    if covariance_type == "full":
+        return full + reg_covar * eye
+    diag = torch.diagonal(full, dim1=-2, dim2=-1) + reg_covar
+    return diag if covariance_type == "diag" else diag.mean(1)
+
+
+def from_summaries(
+    summary: Summary, shift: Tensor, reg_covar: float, covariance_type: str, dtype: torch.dtype
+) -> MixtureParams:
+    """M-step (paper §2.3) from accumulated statistics; mirrors sklearn's ``_m_step`` (nk + 10·eps)."""
+    nk = summary.nk + 10 * torch.finfo(torch.float64).eps
+    means_shifted = summary.sx / nk[:, None]
+    cov = covariances_from_summary(summary, means_shifted, nk, reg_covar, covariance_type)
+    weights = nk / nk.sum()
+    means = means_shifted + shift.double()
+    cov = floor_covariances(cov, covariance_type, reg_covar)
+    prec_chol = precision_cholesky(cov, covariance_type)
+    return MixtureParams(weights.to(dtype), means.to(dtype), cov.to(dtype), prec_chol.to(dtype))
+
+
+def floor_covariances(cov: Tensor, covariance_type: str, reg_covar: float) -> Tensor:
+    """Keep every variance at or above reg_covar, with a warning when one fell below reg_covar / 2 (round-off
+    in float32 statistics of a collapsed component) or is not finite (then it falls back to reg_covar·I)."""
+    if covariance_type in ("full", "tied"):
+        diag = torch.diagonal(cov, dim1=-2, dim2=-1)
+        bad = ~torch.isfinite(cov).all() | (diag < 0.5 * reg_covar).any()
+    else:
+        bad = ~torch.isfinite(cov).all() | (cov < 0.5 * reg_covar).any()
+    if not bool(bad):
+        return cov
+    warnings.warn(
+        f"a component's covariance fell below reg_covar={reg_covar:g} (degenerate or empty component); "
+        "flooring it at reg_covar",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    cov = torch.nan_to_num(cov, nan=reg_covar, posinf=reg_covar, neginf=reg_covar)
+    if covariance_type in ("full", "tied"):
+        diag = torch.diagonal(cov, dim1=-2, dim2=-1)
+        return cov + torch.diag_embed((reg_covar - diag).clamp(min=0))
+    return cov.clamp(min=reg_covar)
+
+
+def precision_cholesky(cov: Tensor, covariance_type: str) -> Tensor:
+    """U with Σ⁻¹ = U Uᵀ, U upper-triangular: U = L⁻ᵀ for Σ = L Lᵀ (sklearn's ``_compute_precision_cholesky``).
+
+    A matrix that is not numerically positive definite gets a growing ridge and a warning instead of an error.
+    """
+    if covariance_type in ("diag", "spherical"):
+        return torch.rsqrt(cov)
+    eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
+    chol, info = torch.linalg.cholesky_ex(cov)
+    ridge = 1e-10 * torch.diagonal(cov, dim1=-2, dim2=-1).abs().amax().clamp(min=1e-12)
+    while bool((info > 0).any()):
+        warnings.warn(
+            f"covariance not positive definite; adding {float(ridge):.3g} to its diagonal "
+            "(increase reg_covar to avoid this)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        cov = cov + ridge * eye
+        ridge = ridge * 10
+        chol, info = torch.linalg.cholesky_ex(cov)
+    inv = torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False)
+    return torch.triu(inv.mT).contiguous()
+
+
+def covariances_from_precision_cholesky(prec_chol: Tensor, covariance_type: str) -> Tensor:
+    """Σ = (U Uᵀ)⁻¹ from U, in the shape of the covariance type."""
+    if covariance_type in ("diag", "spherical"):
+        return 1.0 / prec_chol**2
+    eye = torch.eye(prec_chol.shape[-1], dtype=prec_chol.dtype, device=prec_chol.device)
+    u_inv = torch.linalg.solve_triangular(prec_chol, eye.expand_as(prec_chol), upper=True)  # U⁻¹
+    return u_inv.mT @ u_inv
+
+
+def precision_cholesky_from_precisions(precisions: Tensor, covariance_type: str) -> Tensor:
+    """U from Λ (sklearn's ``_compute_precision_cholesky_from_precisions``): U = flip(chol(flip Λ)) pattern."""
+    if covariance_type in ("diag", "spherical"):
+        return torch.sqrt(precisions)
+    flipped = torch.flip(precisions, dims=(-2, -1))
+    chol = torch.linalg.cholesky(flipped)
+    return torch.flip(chol, dims=(-2, -1))

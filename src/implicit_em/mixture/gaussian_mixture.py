@@ -1,0 +1,575 @@
+"""``GaussianMixture``: a scikit-learn estimator fitted by batch EM, online EM or gradient descent.
+
+Follows ``sklearn/mixture/_base.py``: ``__init__`` only stores its arguments; ``fit`` checks them, draws every
+random number from one ``random_state``, keeps the best of ``n_init`` starts, warns if it did not converge.
+The three fitters share one parametrisation (sklearn's ``weights_``, ``means_``, ``precisions_cholesky_``) and
+one scoring path (``_stats.weighted_log_prob``: log π_j + log N(x; μ_j, Σ_j) as one matrix product).
+"""
+
+import math
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, DensityMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+from torch import Tensor
+
+from implicit_em.mixture import _stats
+from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._stats import COVARIANCE_TYPES, MixtureParams
+from implicit_em.mixture.em import FitResult, fit_em
+from implicit_em.mixture.gd import GDState, fit_gd, gd_step, make_state, state_params
+from implicit_em.mixture.init import INIT_PARAMS, initial_assignment
+from implicit_em.mixture.online_em import OnlineState, fit_online_em, init_state, online_step
+
+FITTERS = ("em", "online_em", "gd")
+_INIT_SAMPLE = 200_000  # rows k-means sees when N is larger (or X is an iterable: one pass draws them)
+_CHUNK = 32_768  # rows per chunk of the batch E-step (φ in float32 is 20 MB at D = 16)
+
+
+def _dtype(name: Any, x: Any) -> torch.dtype:
+    if name is None:
+        if isinstance(x, Tensor) and x.dtype in (torch.float32, torch.float64):
+            return x.dtype
+        if isinstance(x, np.ndarray) and x.dtype == np.float32:
+            return torch.float32
+        return torch.float64
+    if isinstance(name, torch.dtype):
+        return name
+    if name in ("float32", "float64"):
+        return getattr(torch, name)
+    raise ValueError(f"dtype must be None, 'float32' or 'float64', got {name!r}")
+
+
+class GaussianMixture(DensityMixin, BaseEstimator):
+    """Gaussian mixture model with scikit-learn's interface, fitted three ways.
+
+    Parameters with sklearn's names and meanings: n_components, covariance_type, tol, reg_covar, max_iter,
+    n_init, init_params, weights_init, means_init, precisions_init, warm_start, random_state, verbose. Ours:
+
+    - fitter: "em" (batch EM, the reference), "online_em" (Cappé–Moulines stochastic EM on mini-batches, then
+      one exact EM iteration), "gd" (Adam/SGD on the exact negative log-likelihood: implicit EM);
+    - volume: keep the log-det term (True); False gives the distance-only objective ("gd" only): collapse;
+    - batch_size: mini-batch rows for "online_em"/"gd" (default 4096); chunk rows for "em";
+    - learning_rate, optimizer ("adam" or "sgd"): for "gd";
+    - device, dtype: where and in what precision to compute (default: X's device and float dtype).
+
+    ``max_iter`` counts EM iterations, or epochs for "online_em" and "gd". X may be a numpy array, a torch
+    tensor, a ``np.memmap`` (read in blocks) or a re-iterable of batches (a ``DataLoader``); for an iterable
+    the k-means initialisation takes one extra pass (a uniform sample of at most 200,000 rows).
+    Learned attributes (sklearn's shapes, numpy float64): weights_, means_, covariances_, precisions_,
+    precisions_cholesky_, converged_, n_iter_, lower_bound_, n_features_in_, and history_: a list of dicts
+    (per EM iteration or epoch) with the mean train log-likelihood, seconds and component usage.
+    """
+
+    def __init__(
+        self,
+        n_components: int = 1,
+        *,
+        covariance_type: str = "full",
+        tol: float = 1e-3,
+        reg_covar: float = 1e-6,
+        max_iter: int = 100,
+        n_init: int = 1,
+        init_params: str = "kmeans",
+        weights_init: Any = None,
+        means_init: Any = None,
+        precisions_init: Any = None,
+        random_state: Any = None,
+        warm_start: bool = False,
+        verbose: int = 0,
+        verbose_interval: int = 10,
+        fitter: str = "em",
+        volume: bool = True,
+        batch_size: int | None = None,
+        learning_rate: float = 0.01,
+        optimizer: str = "adam",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        self.n_components = n_components
+        self.covariance_type = covariance_type
+        self.tol = tol
+        self.reg_covar = reg_covar
+        self.max_iter = max_iter
+        self.n_init = n_init
+        self.init_params = init_params
+        self.weights_init = weights_init
+        self.means_init = means_init
+        self.precisions_init = precisions_init
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.verbose_interval = verbose_interval
+        self.fitter = fitter
+        self.volume = volume
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.optimizer = optimizer
+        self.device = device
+        self.dtype = dtype
+
+    # -- checks --------------------------------------------------------------------------------------------------
+
+    def _check_parameters(self) -> None:
+        checks = [
+            (
+                isinstance(self.n_components, int | np.integer) and self.n_components >= 1,
+                "n_components",
+                ">= 1",
+            ),
+            (self.covariance_type in COVARIANCE_TYPES, "covariance_type", f"one of {COVARIANCE_TYPES}"),
+            (isinstance(self.tol, int | float) and self.tol >= 0, "tol", ">= 0"),
+            (isinstance(self.reg_covar, int | float) and self.reg_covar >= 0, "reg_covar", ">= 0"),
+            (isinstance(self.max_iter, int | np.integer) and self.max_iter >= 0, "max_iter", ">= 0"),
+            (isinstance(self.n_init, int | np.integer) and self.n_init >= 1, "n_init", ">= 1"),
+            (self.init_params in INIT_PARAMS, "init_params", f"one of {INIT_PARAMS}"),
+            (self.fitter in FITTERS, "fitter", f"one of {FITTERS}"),
+            (self.optimizer in ("adam", "sgd"), "optimizer", "'adam' or 'sgd'"),
+            (
+                self.batch_size is None or (isinstance(self.batch_size, int) and self.batch_size >= 1),
+                "batch_size",
+                "None or >= 1",
+            ),
+            (isinstance(self.learning_rate, int | float) and self.learning_rate > 0, "learning_rate", "> 0"),
+        ]
+        for ok, name, what in checks:
+            if not ok:
+                raise ValueError(
+                    f"The '{name}' parameter of GaussianMixture must be {what}. Got {getattr(self, name)!r}"
+                )
+        if not self.volume and self.fitter != "gd":
+            raise ValueError("volume=False is a gradient-descent objective; use fitter='gd'")
+
+    def _source(self, x: Any, reset: bool) -> DataSource:
+        """Validate X (sklearn's rules for plain arrays) and wrap it."""
+        if (isinstance(x, np.ndarray) and not isinstance(x, np.memmap)) or (
+            not isinstance(x, Tensor | np.ndarray) and not _is_batches(x)
+        ):
+            x = validate_data(
+                self, x, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=2 if reset else 1
+            )
+        elif not reset:
+            check_is_fitted(self)
+        device = (
+            torch.device(self.device)
+            if self.device is not None
+            else (x.device if isinstance(x, Tensor) else torch.device("cpu"))
+        )
+        n_features = None if reset else int(self.n_features_in_)
+        source = DataSource(x, device, _dtype(self.dtype, x), n_features)
+        if reset and source.n_features is not None:
+            self.n_features_in_ = source.n_features
+        return source
+
+    # -- fitting -------------------------------------------------------------------------------------------------
+
+    def fit(self, X: Any, y: Any = None) -> "GaussianMixture":
+        """Estimate the parameters (best of ``n_init`` starts) and return self."""
+        self._fit(X)
+        return self
+
+    def fit_predict(self, X: Any, y: Any = None) -> Any:
+        """Fit, then the most probable component of every sample (equal to ``fit(X).predict(X)``)."""
+        return self._fit(X).predict(X)
+
+    def _fit(self, X: Any) -> "GaussianMixture":
+        self._check_parameters()
+        data = self._source(X, reset=True)
+        if data.n_samples is not None and data.n_samples < self.n_components:
+            raise ValueError(
+                f"Expected n_samples >= n_components but got n_components = {self.n_components}, "
+                f"n_samples = {data.n_samples}"
+            )
+        rng = check_random_state(self.random_state)
+        do_init = not (self.warm_start and hasattr(self, "converged_"))
+        shift, scale = self._shift_scale(data, rng) if do_init else (self._shift, self._scale)
+        self._shift, self._scale = shift, scale
+        if data.n_features is not None:
+            self.n_features_in_ = data.n_features
+        generator: torch.Generator | None = None
+        best: FitResult | None = None
+        best_history: list[dict[str, Any]] = []
+        for _ in range(self.n_init if do_init else 1):
+            params = (
+                self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
+            )
+            history: list[dict[str, Any]] = []
+            if generator is None:  # drawn after the first start, so "em" draws exactly what sklearn draws
+                generator = torch.Generator().manual_seed(
+                    int(rng.randint(2**31 - 1)) if self.fitter != "em" else 0
+                )
+            result = self._run_fitter(data, params, shift, scale, generator, history)
+            if best is None or result.lower_bound > best.lower_bound or result.interrupted:
+                best, best_history = result, history
+            if result.interrupted:
+                break
+        assert best is not None
+        if not best.converged and self.max_iter > 0 and not best.interrupted:
+            warnings.warn(
+                "Best performing initialization did not converge. Try different init parameters, or increase "
+                "max_iter, tol, or check for degenerate data.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        self._set_params(best.params)
+        self.converged_ = bool(best.converged and not best.interrupted)
+        self.n_iter_ = int(best.n_iter)
+        self.lower_bound_ = float(best.lower_bound)
+        self.history_ = best_history
+        return self
+
+    def _shift_scale(self, data: DataSource, rng: np.random.RandomState) -> tuple[Tensor, float]:
+        sample = data.sample(_INIT_SAMPLE, rng).double()  # draws from rng only when N > _INIT_SAMPLE
+        shift = sample.mean(0)
+        scale = float(sample.var(0, unbiased=False).mean().sqrt()) if sample.shape[0] > 1 else 1.0
+        return shift, scale if math.isfinite(scale) and scale > 0 else 1.0
+
+    def _batch_size(self) -> int:
+        if self.batch_size is not None:
+            return int(self.batch_size)
+        return _CHUNK if self.fitter == "em" else 4096
+
+    def _initial_params(self, data: DataSource, rng: np.random.RandomState, shift: Tensor) -> MixtureParams:
+        """sklearn's ``_initialize``: an M-step from the initial responsibilities, then the user's overrides."""
+        k, d = self.n_components, int(data.n_features or 0)
+        need_resp = self.weights_init is None or self.means_init is None or self.precisions_init is None
+        params: MixtureParams | None = None
+        if need_resp:
+            x = data.sample(_INIT_SAMPLE, rng)
+            assign = initial_assignment(x, k, self.init_params, rng)
+            summary = None
+            for start in range(0, x.shape[0], _CHUNK):
+                resp = assign.rows(start, start + _CHUNK, k, x.dtype)
+                part = _stats.summarize_resp(x[start : start + _CHUNK], resp, shift)
+                summary = part if summary is None else summary + part
+            assert summary is not None
+            with warnings.catch_warnings():
+                warnings.simplefilter(
+                    "ignore", RuntimeWarning
+                )  # floor for empty k-means clusters is expected
+                params = _stats.from_summaries(
+                    summary, shift, self.reg_covar, self.covariance_type, data.dtype
+                )
+            weights = (
+                summary.nk + 10 * torch.finfo(torch.float64).eps
+            ) / summary.n  # sklearn: nk / n_samples
+            if (
+                self.covariance_type == "tied"
+                and assign.labels is not None
+                and bool((assign.labels < 0).any())
+            ):
+                params = params._replace(**_sklearn_tied_init(x, params.means, summary.nk, self.reg_covar))
+            params = params._replace(weights=weights.to(data.dtype))
+        return self._apply_user_init(params, k, d, data.dtype, data.device)
+
+    def _apply_user_init(
+        self, params: MixtureParams | None, k: int, d: int, dtype: torch.dtype, device: torch.device
+    ) -> MixtureParams:
+        def as_t(v: Any) -> Tensor:
+            return torch.as_tensor(np.asarray(v, dtype=np.float64)).to(device=device, dtype=dtype)
+
+        shapes = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}
+        if self.weights_init is not None:
+            w = as_t(self.weights_init)
+            if (
+                w.shape != (k,)
+                or bool((w < 0).any())
+                or bool((w > 1).any())
+                or abs(float(w.sum()) - 1) > 1e-6
+            ):
+                raise ValueError(f"weights_init must have shape ({k},), lie in [0, 1] and sum to 1, got {w}")
+        else:
+            assert params is not None
+            w = params.weights
+        if self.means_init is not None:
+            mu = as_t(self.means_init)
+            if mu.shape != (k, d):
+                raise ValueError(f"means_init must have shape ({k}, {d}), got {tuple(mu.shape)}")
+        else:
+            assert params is not None
+            mu = params.means
+        if self.precisions_init is not None:
+            prec = as_t(self.precisions_init)
+            if prec.shape != shapes[self.covariance_type]:
+                raise ValueError(
+                    f"precisions_init must have shape {shapes[self.covariance_type]}, got {tuple(prec.shape)}"
+                )
+            prec_chol = _stats.precision_cholesky_from_precisions(prec.double(), self.covariance_type).to(
+                dtype
+            )
+            cov = _stats.covariances_from_precision_cholesky(prec_chol, self.covariance_type)
+        else:
+            assert params is not None
+            prec_chol, cov = params.precisions_cholesky, params.covariances
+        return MixtureParams(w, mu, cov, prec_chol)
+
+    def _run_fitter(
+        self,
+        data: DataSource,
+        params: MixtureParams,
+        shift: Tensor,
+        scale: float,
+        generator: torch.Generator,
+        history: list[dict[str, Any]],
+    ) -> FitResult:
+        bar = _progress(self.verbose, self.max_iter, self.fitter)
+
+        def callback(epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
+            history.append(
+                {
+                    "epoch": epoch,
+                    "loglik": loglik,
+                    "seconds": seconds,
+                    "usage": usage.double().cpu().numpy().tolist(),
+                }
+            )
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loglik=f"{loglik:.5f}")
+
+        common: dict[str, Any] = {
+            "covariance_type": self.covariance_type,
+            "tol": self.tol,
+            "max_iter": self.max_iter,
+            "shift": shift,
+            "batch_size": self._batch_size(),
+            "callback": callback,
+        }
+        try:
+            if self.fitter == "em":
+                return fit_em(data, params, reg_covar=self.reg_covar, **common)
+            if self.fitter == "online_em":
+                result, self._online_state = fit_online_em(
+                    data, params, reg_covar=self.reg_covar, generator=generator, **common
+                )
+                return result
+            result, self._gd_state = fit_gd(
+                data,
+                params,
+                scale=scale,
+                generator=generator,
+                learning_rate=self.learning_rate,
+                optimizer=self.optimizer,
+                volume=self.volume,
+                **common,
+            )
+            if result.interrupted or not self.volume:
+                return result
+            exact = _mean_loglik(data, result.params, self.covariance_type, shift)
+            return result._replace(lower_bound=exact)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def partial_fit(self, X: Any, y: Any = None) -> "GaussianMixture":
+        """One online-EM step ("em", "online_em") or one gradient step ("gd") on the batch X.
+
+        The first call initialises from X with ``init_params`` (X should then hold at least n_components rows).
+        """
+        first = not hasattr(self, "converged_")
+        self._check_parameters()
+        data = self._source(X, reset=first)
+        x = torch.cat(list(data.batches(1 << 30)))
+        if first:
+            if x.shape[0] < self.n_components:
+                raise ValueError(
+                    f"Expected n_samples >= n_components but got n_components = {self.n_components}, "
+                    f"n_samples = {x.shape[0]}"
+                )
+            rng = check_random_state(self.random_state)
+            self._shift, self._scale = self._shift_scale(data, rng)
+            self._set_params(self._initial_params(data, rng, self._shift))
+            self.converged_, self.n_iter_, self.history_ = False, 0, []
+        params = self._params(data.dtype, data.device)
+        t0 = time.perf_counter()
+        if self.fitter == "gd":
+            state: GDState | None = getattr(self, "_gd_state", None)
+            if state is None:
+                state = make_state(
+                    params, self.covariance_type, self._shift, self._scale, self.learning_rate, self.optimizer
+                )
+            loglik = gd_step(state, x, self._shift, self._scale, self.volume)
+            self._gd_state = state
+            new = state_params(state, self.covariance_type, self._shift, self._scale)
+        else:
+            ostate: OnlineState | None = getattr(self, "_online_state", None)
+            if ostate is None:
+                ostate = init_state(params, self.covariance_type, self._shift)
+            ostate, new, log_norm = online_step(
+                ostate,
+                x,
+                params,
+                covariance_type=self.covariance_type,
+                reg_covar=self.reg_covar,
+                shift=self._shift,
+                compute_dtype=data.dtype,
+            )
+            self._online_state = ostate
+            loglik = float(log_norm.double().mean())
+        self._set_params(new)
+        self.n_iter_ += 1
+        self.lower_bound_ = loglik
+        self.history_.append(
+            {
+                "epoch": self.n_iter_,
+                "loglik": loglik,
+                "seconds": time.perf_counter() - t0,
+                "usage": new.weights.double().cpu().numpy().tolist(),
+            }
+        )
+        return self
+
+    # -- parameters ----------------------------------------------------------------------------------------------
+
+    def _set_params(self, params: MixtureParams) -> None:
+        w, mu, cov, pc = (t.detach().double().cpu().numpy() for t in params)
+        self.weights_, self.means_, self.covariances_, self.precisions_cholesky_ = w, mu, cov, pc
+        if self.covariance_type == "full":
+            self.precisions_ = pc @ np.transpose(pc, (0, 2, 1))
+        elif self.covariance_type == "tied":
+            self.precisions_ = pc @ pc.T
+        else:
+            self.precisions_ = pc**2
+
+    def _params(self, dtype: torch.dtype, device: torch.device) -> MixtureParams:
+        def t(a: np.ndarray) -> Tensor:
+            return torch.from_numpy(np.asarray(a, dtype=np.float64)).to(device=device, dtype=dtype)
+
+        return MixtureParams(
+            t(self.weights_), t(self.means_), t(self.covariances_), t(self.precisions_cholesky_)
+        )
+
+    # -- scoring -------------------------------------------------------------------------------------------------
+
+    def _weighted_log_prob(self, X: Any) -> tuple[Tensor, bool]:
+        check_is_fitted(self)
+        data = self._source(X, reset=False)
+        params = self._params(torch.float64 if data.dtype == torch.float64 else data.dtype, data.device)
+        shift = getattr(self, "_shift", torch.from_numpy(self.means_.mean(0)))
+        a = _stats.score_matrix(params, self.covariance_type, shift.to(data.device))
+        parts = [_stats.weighted_log_prob(x, a, shift.to(data.device)) for x in data.batches(_CHUNK)]
+        out = torch.cat(parts) if parts else torch.zeros(0, self.n_components, dtype=data.dtype)
+        return out, isinstance(X, Tensor) or _is_batches(X)
+
+    def score_samples(self, X: Any) -> Any:
+        """log p(x) of every sample, (N,)."""
+        logp, as_tensor = self._weighted_log_prob(X)
+        return _out(torch.logsumexp(logp, dim=1), as_tensor)
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Mean log-likelihood per sample."""
+        logp, _ = self._weighted_log_prob(X)
+        return float(torch.logsumexp(logp, dim=1).double().mean())
+
+    def predict(self, X: Any) -> Any:
+        """The most probable component of every sample, (N,)."""
+        logp, as_tensor = self._weighted_log_prob(X)
+        return _out(logp.argmax(1), as_tensor)
+
+    def predict_proba(self, X: Any) -> Any:
+        """Responsibilities, (N, K)."""
+        logp, as_tensor = self._weighted_log_prob(X)
+        return _out(torch.softmax(logp, dim=1), as_tensor)
+
+    def _n_parameters(self) -> int:
+        k, d = self.means_.shape
+        cov = {"full": k * d * (d + 1) / 2, "diag": k * d, "tied": d * (d + 1) / 2, "spherical": k}
+        return int(cov[self.covariance_type] + d * k + k - 1)
+
+    def bic(self, X: Any) -> float:
+        """Bayesian information criterion: -2 log L + p log N (lower is better)."""
+        n = _n_rows(X)
+        return -2 * self.score(X) * n + self._n_parameters() * math.log(n)
+
+    def aic(self, X: Any) -> float:
+        """Akaike information criterion: -2 log L + 2 p (lower is better)."""
+        return -2 * self.score(X) * _n_rows(X) + 2 * self._n_parameters()
+
+    def sample(self, n_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Draw n_samples points and their component labels (sklearn's order: grouped by component)."""
+        check_is_fitted(self)
+        if n_samples < 1:
+            raise ValueError(f"Invalid value for 'n_samples': {n_samples}. It must be at least one.")
+        rng = check_random_state(self.random_state)
+        counts = rng.multinomial(n_samples, self.weights_)
+        d = self.means_.shape[1]
+        if self.covariance_type == "full":
+            xs = [
+                rng.multivariate_normal(m, c, int(n))
+                for m, c, n in zip(self.means_, self.covariances_, counts, strict=True)
+            ]
+        elif self.covariance_type == "tied":
+            xs = [
+                rng.multivariate_normal(m, self.covariances_, int(n))
+                for m, n in zip(self.means_, counts, strict=True)
+            ]
+        else:
+            cov = (
+                self.covariances_
+                if self.covariance_type == "diag"
+                else self.covariances_[:, None] * np.ones(d)
+            )
+            xs = [
+                m + rng.standard_normal((int(n), d)) * np.sqrt(c)
+                for m, c, n in zip(self.means_, cov, counts, strict=True)
+            ]
+        labels = np.concatenate([np.full(n, j, dtype=int) for j, n in enumerate(counts)])
+        return np.vstack(xs), labels
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+def _sklearn_tied_init(x: Tensor, means: Tensor, nk: Tensor, reg_covar: float) -> dict[str, Tensor]:
+    """sklearn's tied covariance when some rows have no responsibility ("k-means++", "random_from_data"):
+    (XᵀX − Σ_j N_j μ_j μ_jᵀ) / Σ_j N_j sums xxᵀ over *all* rows, so it is not the within-cluster scatter; kept
+    for identical starts."""
+    xd, mu, nk = x.double(), means.double(), nk.double() + 10 * torch.finfo(torch.float64).eps
+    cov = (xd.T @ xd - (nk[:, None] * mu).T @ mu) / nk.sum()
+    cov = cov + reg_covar * torch.eye(x.shape[1], dtype=cov.dtype, device=cov.device)
+    prec_chol = _stats.precision_cholesky(cov, "tied")
+    return {"covariances": cov.to(means.dtype), "precisions_cholesky": prec_chol.to(means.dtype)}
+
+
+def _is_batches(x: Any) -> bool:
+    return (
+        not isinstance(x, Tensor | np.ndarray | str | bytes)
+        and hasattr(x, "__iter__")
+        and not hasattr(x, "__array__")
+        and not isinstance(x, list | tuple)
+    )
+
+
+def _n_rows(x: Any) -> int:
+    if hasattr(x, "shape"):
+        return int(x.shape[0])
+    return int(sum(int(_b.shape[0]) for _b in x))
+
+
+def _out(t: Tensor, as_tensor: bool) -> Any:
+    return t if as_tensor else t.cpu().numpy()
+
+
+def _mean_loglik(data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor) -> float:
+    a = _stats.score_matrix(params, covariance_type, shift).to(data.dtype)
+    total, n = 0.0, 0
+    for x in data.batches(_CHUNK):
+        total += float(torch.logsumexp(_stats.weighted_log_prob(x, a, shift), dim=1).double().sum())
+        n += x.shape[0]
+    return total / max(n, 1)
+
+
+def _progress(verbose: int, total: int, fitter: str) -> Any:
+    if not verbose:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=f"GaussianMixture[{fitter}]", unit="iter" if fitter == "em" else "epoch")
