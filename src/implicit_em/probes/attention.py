@@ -1,20 +1,59 @@
 """Softmax attention written out, so that scores and weights can be observed (paper §4.2).
 
 This is the library's probe-able attention function. It has the signature and the semantics of
-:func:`torch.nn.functional.scaled_dot_product_attention` (boolean masks: ``True`` takes part), and computes
+:func:`torch.nn.functional.scaled_dot_product_attention` (boolean masks: ``True`` takes part; a query row
+whose keys are all masked gets zero weights and a zero output, as sdpa gives), and computes
 
 .. math::  s_{ij} = q_i \\cdot k_j \\cdot \\text{scale}, \\quad \\alpha_i = \\mathrm{softmax}(s_i), \\quad
            o_i = \\sum_j \\alpha_{ij} v_j
 
-explicitly, which is what the attention probe hooks into.
+explicitly, which is what the attention probe (:class:`implicit_em.probes.AttentionProbe`) hooks into. When no
+probe is active the only extra work is one module-level lookup.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 from torch import Tensor
+
+
+class AttentionObserver(Protocol):
+    """What an active probe implements; :func:`attend` hands it every call (see ``probes/capture.py``)."""
+
+    def observe_call(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        scores: Tensor,
+        weights: Tensor,
+        keep: Tensor | None,
+        output: Tensor,
+        scale: float,
+        site: str | None,
+    ) -> None: ...
+
+    def site_of(self, module: torch.nn.Module) -> str | None: ...
+
+    def capturing(self, site: str | None) -> bool: ...
+
+
+# The active probe, if any. Set and cleared only by AttentionProbe.__enter__/__exit__.
+_OBSERVER: AttentionObserver | None = None
+
+
+def active_observer() -> AttentionObserver | None:
+    """The active probe, or None."""
+    return _OBSERVER
+
+
+def set_observer(observer: AttentionObserver | None) -> None:
+    """Install (or, with None, remove) the probe that :func:`attend` reports to."""
+    global _OBSERVER
+    _OBSERVER = observer
 
 
 def attention_scores(query: Tensor, key: Tensor, scale: float | None = None) -> Tensor:
@@ -23,13 +62,16 @@ def attention_scores(query: Tensor, key: Tensor, scale: float | None = None) -> 
         raise ValueError(
             f"query and key must share the last dimension, got {tuple(query.shape)} and {tuple(key.shape)}"
         )
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scale = default_scale(query) if scale is None else scale
     return torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., T, S)
 
 
-def apply_mask(
-    scores: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False
-) -> Tensor:
+def default_scale(query: Tensor) -> float:
+    """sdpa's default scale, 1/sqrt(E)."""
+    return 1.0 / math.sqrt(query.shape[-1])
+
+
+def apply_mask(scores: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
     """Add an sdpa-style mask to scores: boolean ``False`` (or ``is_causal`` future) entries become -inf."""
     if is_causal:
         t, s = scores.shape[-2], scores.shape[-1]
@@ -41,6 +83,50 @@ def apply_mask(
         else:
             scores = scores + attn_mask
     return scores
+
+
+def masked_softmax(scores: Tensor, masked: bool) -> Tensor:
+    """Softmax over the last dim; with ``masked``, rows of all -inf scores get zero weights (sdpa's rule)."""
+    if not masked:
+        return torch.softmax(scores, dim=-1)
+    dead = scores.amax(dim=-1, keepdim=True) == float("-inf")  # (..., T, 1): no key takes part
+    # Zero the dead rows' scores first, so that neither the softmax nor its backward sees a row of -inf.
+    return torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+
+
+def dropout_keep(weights: Tensor, dropout_p: float) -> Tensor:
+    """The multiplier F.dropout applies: Bernoulli(1 - p) / (1 - p), drawn as F.dropout draws it."""
+    if not 0.0 < dropout_p < 1.0:
+        raise ValueError(f"dropout_p must lie in (0, 1) to draw a dropout mask, got {dropout_p}")
+    return torch.empty_like(weights).bernoulli_(1.0 - dropout_p).div_(1.0 - dropout_p)
+
+
+def attend(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    site: str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Explicit attention that reports to the active probe; returns (output, post-dropout weights).
+
+    ``site`` names the layer for the probe (adapters pass it); ``None`` lets the probe name it.
+    """
+    if attn_mask is not None and is_causal:
+        raise ValueError("pass either attn_mask or is_causal=True, not both (as in sdpa)")
+    scale = default_scale(query) if scale is None else scale
+    scores = apply_mask(attention_scores(query, key, scale), attn_mask, is_causal)  # (..., T, S)
+    weights = masked_softmax(scores, masked=attn_mask is not None)
+    keep = dropout_keep(weights, dropout_p) if dropout_p > 0.0 else None
+    dropped = weights if keep is None else weights * keep
+    output = torch.matmul(dropped, value)  # (..., T, Ev)
+    observer = _OBSERVER
+    if observer is not None:
+        observer.observe_call(query, key, value, scores, weights, keep, output, scale, site)
+    return output, dropped
 
 
 def attention(
@@ -57,16 +143,11 @@ def attention(
     Args:
         query: (..., T, E); key: (..., S, E); value: (..., S, Ev).
         attn_mask: boolean (True takes part) or additive float mask broadcastable to (..., T, S).
-        dropout_p: dropout on the weights (training only; it breaks the exact score law).
+        dropout_p: dropout on the weights (pass 0 in eval mode, as with sdpa). The probe's score law accounts
+            for it (the multiplier is recorded).
         is_causal: mask the future (top-left aligned as in sdpa).
         scale: defaults to 1/sqrt(E).
     Returns:
         output, shape (..., T, Ev).
     """
-    if attn_mask is not None and is_causal:
-        raise ValueError("pass either attn_mask or is_causal=True, not both (as in sdpa)")
-    scores = apply_mask(attention_scores(query, key, scale), attn_mask, is_causal)  # (..., T, S)
-    weights = torch.softmax(scores, dim=-1)
-    if dropout_p > 0.0:
-        weights = torch.nn.functional.dropout(weights, p=dropout_p)
-    return torch.matmul(weights, value)  # (..., T, Ev)
+    return attend(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]

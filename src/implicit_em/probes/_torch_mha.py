@@ -1,0 +1,95 @@
+"""Adapter: modules calling ``torch.nn.functional.scaled_dot_product_attention`` (nn.MultiheadAttention too).
+
+``nn.MultiheadAttention`` (with ``need_weights=False``), ``TransformerEncoderLayer`` and hand-written modules
+call ``F.scaled_dot_product_attention`` through the ``torch.nn.functional`` module. During a probed module's
+forward, and only then, that name points at :func:`_probe_sdpa`, which computes the same attention explicitly
+so that the probe can see it. ``nn.MultiheadAttention`` converts its boolean masks (``True`` = masked, the
+inverse of sdpa) to additive float masks before it calls sdpa, so the patched function only ever sees sdpa's
+conventions. A module that bound the function at import time (``from torch.nn.functional import
+scaled_dot_product_attention``) is out of reach; the probe warns when a probed forward captured nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from implicit_em.probes.attention import attend
+
+if TYPE_CHECKING:
+    from implicit_em.probes.capture import AttentionProbe
+
+_saved: list[Any] = []  # the values F.scaled_dot_product_attention had before each active patch
+
+
+@torch.compiler.disable
+def _probe_sdpa(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """sdpa's signature, computed by :func:`implicit_em.probes.attention.attend` (the probe observes it)."""
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        repeats = query.shape[-3] // key.shape[-3]
+        key = key.repeat_interleave(repeats, dim=-3)
+        value = value.repeat_interleave(repeats, dim=-3)
+    return attend(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]
+
+
+def _patch() -> None:
+    _saved.append(F.scaled_dot_product_attention)
+    F.scaled_dot_product_attention = _probe_sdpa
+
+
+def _unpatch() -> None:
+    if _saved:
+        F.scaled_dot_product_attention = _saved.pop()
+
+
+def _need_weights(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    if not isinstance(module, nn.MultiheadAttention):
+        return False
+    if "need_weights" in kwargs:
+        return bool(kwargs["need_weights"])
+    return bool(args[4]) if len(args) > 4 else True  # forward(query, key, value, key_padding_mask, need_weights)
+
+
+def install(probe: AttentionProbe, module: nn.Module, site: str) -> list[Any]:
+    """Hooks that scope the patch and the site name to ``module``'s forward; returns their handles."""
+    calls_before: list[int] = []
+
+    def pre_hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not probe.capturing(site):
+            return
+        if _need_weights(mod, args, kwargs):
+            raise ValueError(
+                f"{site}: nn.MultiheadAttention called with need_weights=True computes attention without "
+                "scaled_dot_product_attention and returns head-averaged weights off the gradient path; "
+                "call it with need_weights=False for the probe"
+            )
+        calls_before.append(probe.calls_at(site))
+        probe.enter_site(site)
+        _patch()
+
+    def post_hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        if not calls_before:
+            return
+        _unpatch()
+        probe.exit_site(site)
+        if probe.calls_at(site) == calls_before.pop():
+            from implicit_em.probes.capture import warn_no_capture
+
+            warn_no_capture(site)
+
+    return [
+        module.register_forward_pre_hook(pre_hook, with_kwargs=True),
+        module.register_forward_hook(post_hook, with_kwargs=True, always_call=True),
+    ]
