@@ -1,0 +1,167 @@
+"""The ``implicit-em`` command: a thin layer over the library.
+
+``implicit-em demo`` measures, for each regime of the paper, the gradient law by autograd and prints the residual.
+"""
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from implicit_em.objectives import (
+    constrained_cross_entropy,
+    correntropy,
+    gaussian_energies,
+    identity_residual,
+    independent_sigmoid_bce,
+    lse,
+    mixture_nll,
+)
+
+
+@dataclass(frozen=True)
+class LawCheck:
+    """One row of the demo: a regime, its objective, the gradient law, and the measured residuals."""
+
+    regime: str
+    objective: str
+    law: str
+    residual: Callable[[torch.dtype], torch.Tensor]
+
+
+def _volume_residual(dtype: torch.dtype, n: int = 64, k: int = 5, d: int = 4) -> torch.Tensor:
+    """max |∂L/∂W_j − Σ_i r_ij (W_j^{−T} − z_ij (x_i − μ_j)ᵀ)| for L = Σ_i log Σ_j exp(−e_j(x_i))."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype)
+    means = torch.randn(k, d, generator=g, dtype=torch.float64).to(dtype)
+    w = (torch.randn(k, d, d, generator=g, dtype=torch.float64) + 3 * torch.eye(d, dtype=torch.float64)).to(dtype)
+    w.requires_grad_(True)
+    energies = gaussian_energies(x, means, w, "full")
+    (grad,) = torch.autograd.grad(lse(energies).sum(), w)
+    with torch.no_grad():
+        r = torch.softmax(-energies, -1)  # (N, K)
+        z = torch.einsum("kij,nkj->nki", w, x[:, None, :] - means)  # (N, K, D)
+        outer = torch.einsum("nk,nki,nkj->kij", r, z, x[:, None, :] - means)
+        expected = r.sum(0)[:, None, None] * torch.linalg.inv(w).mT - outer
+    return (grad - expected).abs().amax() / expected.abs().amax()
+
+
+def _routing_residual(dtype: torch.dtype, t: int = 12, s: int = 12, e: int = 8) -> torch.Tensor:
+    """max |∂ℓ/∂s_ij − α_ij (b_ij − Σ_k α_ik b_ik)| for softmax attention, b_ij = u_i·v_j (DESIGN.md §1)."""
+    g = torch.Generator().manual_seed(2)
+    scores = torch.randn(t, s, generator=g, dtype=torch.float64).to(dtype).requires_grad_(True)
+    v = torch.randn(s, e, generator=g, dtype=torch.float64).to(dtype)
+    probe = torch.randn(t, e, generator=g, dtype=torch.float64).to(dtype)
+    alpha = torch.softmax(scores, -1)
+    out = alpha @ v
+    loss = (out * probe).sum() + 0.5 * out.square().sum()
+    (grad,) = torch.autograd.grad(loss, scores)
+    with torch.no_grad():
+        u = probe + out  # ∂ℓ/∂o
+        b = u @ v.T
+        expected = alpha * (b - (alpha * b).sum(-1, keepdim=True))
+    return (grad - expected).abs().amax()
+
+
+def law_checks(n: int = 256, k: int = 10) -> list[LawCheck]:
+    """The regimes of the paper with their gradient laws, as checks runnable in any dtype."""
+
+    def distances(dtype: torch.dtype) -> torch.Tensor:
+        return (torch.randn(n, k, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3).to(dtype)
+
+    targets = torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(3))
+    log_w = torch.log_softmax(torch.randn(k, generator=torch.Generator().manual_seed(4), dtype=torch.float64), 0)
+
+    def ce_smoothed(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return constrained_cross_entropy(x, y, label_smoothing=0.1)
+
+    def sigmoid_control(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return independent_sigmoid_bce(-x, y)
+
+    def correntropy_control(x: torch.Tensor) -> torch.Tensor:
+        return -correntropy(x, 1.0)
+
+    return [
+        LawCheck(
+            "LSE (Thm 1)", "L = log Σ_j exp(−d_j)", "∂L/∂d_j = −r_j", lambda dt: identity_residual(lse, distances(dt))
+        ),
+        LawCheck(
+            "unsupervised (§4.1)",
+            "L⁻ = −log Σ_j π_j exp(−d_j)",
+            "∂L⁻/∂d_j = +r_j",
+            lambda dt: identity_residual(
+                lambda x: mixture_nll(x, log_w.to(dt)), distances(dt), "mixture_nll", log_weights=log_w.to(dt)
+            ),
+        ),
+        LawCheck(
+            "volume term (§3.4)",
+            "e_j = ½‖W_j(x−μ_j)‖² − log|det W_j|",
+            "∂L/∂W_j = r_j (W_j^−T − z_j (x−μ_j)ᵀ) (relative)",
+            _volume_residual,
+        ),
+        LawCheck(
+            "constrained (§4.3)",
+            "ℓ = d_y + log Σ_k exp(−d_k)",
+            "∂ℓ/∂d_k = 1[k=y] − r_k",
+            lambda dt: identity_residual(constrained_cross_entropy, distances(dt), "constrained", targets),
+        ),
+        LawCheck(
+            "constrained, smoothed",
+            "ℓ = −Σ_k t_k log softmax(−d)_k, ε = 0.1",
+            "∂ℓ/∂d_k = t_k − r_k",
+            lambda dt: identity_residual(ce_smoothed, distances(dt), "constrained", targets, label_smoothing=0.1),
+        ),
+        LawCheck(
+            "conditional (§4.2)",
+            "o_i = Σ_j softmax(s_i)_j v_j",
+            "∂ℓ/∂s_ij = α_ij (b_ij − E_α[b_i])",
+            _routing_residual,
+        ),
+        LawCheck(
+            "control: sigmoid BCE",
+            "ℓ = Σ_k BCE(σ(−d_k), 1[k=y])",
+            "no law: residual vs 1[k=y] − r_k",
+            lambda dt: identity_residual(sigmoid_control, distances(dt), "constrained", targets),
+        ),
+        LawCheck(
+            "control: correntropy",
+            "L = −Σ_j (1 − exp(−d_j²/σ²))",
+            "no law: residual vs −r_j",
+            lambda dt: identity_residual(correntropy_control, distances(dt)),
+        ),
+    ]
+
+
+def demo() -> int:
+    """Print each regime's objective, its gradient law and the residual measured by autograd."""
+    print("implicit-em: the gradient laws of the paper, measured by autograd")
+    print("(max |autograd − law| over a batch of 256 rows, K = 10; the controls have no such law)\n")
+    header = f"{'regime':<24}{'objective':<40}{'gradient law':<48}{'float64':>10}{'float32':>10}"
+    print(header)
+    print("-" * len(header))
+    for check in law_checks():
+        r64, r32 = (float(check.residual(dt)) for dt in (torch.float64, torch.float32))
+        print(f"{check.regime:<24}{check.objective:<40}{check.law:<48}{r64:>10.1e}{r32:>10.1e}")
+    print(
+        "\nThe laws hold to rounding error (about 1e-16 in float64, 1e-7 in float32); the unnormalised controls"
+        "\nmiss them by O(1): their gradients are not responsibilities."
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``implicit-em`` console script."""
+    parser = argparse.ArgumentParser(prog="implicit-em", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="measure the gradient law of every regime and print the residuals")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return demo()
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse rejects it first
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
