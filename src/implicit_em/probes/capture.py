@@ -153,7 +153,7 @@ class AttentionProbe:
                 found.append((name, modules[name]))
         else:
             for name, module in model.named_modules():
-                if module is model or any(name.startswith(f"{outer}.") for outer, _ in found):
+                if any(name.startswith(f"{outer}.") or outer == "" for outer, _ in found):
                     continue
                 if isinstance(module, nn.MultiheadAttention) or type(module).__name__.endswith("Attention"):
                     found.append((name, module))
