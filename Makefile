@@ -26,9 +26,11 @@ test: install
 test-all: install
 	$(BIN)/python -m pytest -q -m ""
 
+LINT_PATHS := $(wildcard src tests benchmarks examples)
+
 lint: install
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 
 clean:
