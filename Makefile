@@ -4,31 +4,41 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
-EXTRAS := dev
+# What each command installs on top of torch: the demo needs the package alone; the tests also need the dev
+# tools and the optional extras whose adapters they exercise (Hugging Face transformers).
+DEMO_SPEC := -e .
+TEST_SPEC := -e ".[dev,hf]"
 
 .PHONY: install demo test test-all lint clean
 
-$(VENV)/.installed-$(EXTRAS): pyproject.toml Makefile
+define install_into_venv
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install -q $(TORCH) $(1)
 	touch $@
+endef
 
-install: $(VENV)/.installed-$(EXTRAS)
+$(VENV)/.installed-demo: pyproject.toml Makefile
+	$(call install_into_venv,$(DEMO_SPEC))
 
-demo: install
+$(VENV)/.installed-test: pyproject.toml Makefile
+	$(call install_into_venv,$(TEST_SPEC))
+
+install: $(VENV)/.installed-test
+
+demo: $(VENV)/.installed-demo
 	$(BIN)/implicit-em demo
 
-test: install
+test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
 
-test-all: install
+test-all: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m ""
 
 LINT_PATHS := $(wildcard src tests benchmarks examples)
 
-lint: install
+lint: $(VENV)/.installed-test
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
