@@ -1,0 +1,115 @@
+r"""Specialisation and dynamics metrics: pure functions of responsibilities, parameters and attention patterns.
+
+Shapes: r (N, K) responsibilities (any leading dims fold into N); K components; patterns (B, H, T, S).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+
+def _rows(r: Tensor) -> Tensor:
+    if r.dim() < 1 or r.shape[-1] == 0:
+        raise ValueError(f"responsibilities need a component dim, got shape {tuple(r.shape)}")
+    return r.reshape(-1, r.shape[-1])  # (N, K)
+
+
+def component_usage(r: Tensor) -> Tensor:
+    r"""Responsibility mass per component, :math:`N_j / N` with :math:`N_j = \sum_i r_{ij}`; shape (K,)."""
+    rows = _rows(r)
+    return rows.sum(dim=0) / max(rows.shape[0], 1)
+
+
+def usage_entropy(usage: Tensor) -> Tensor:
+    r"""Entropy (nats) of the normalised usage :math:`p_j = N_j / \sum_k N_k`; 0 if one component takes all."""
+    p = usage / usage.sum()
+    return -torch.special.xlogy(p, p).sum()
+
+
+def effective_components(usage: Tensor) -> Tensor:
+    r"""Effective number of components :math:`\exp H(p)`, from 1 (one component) to K (uniform usage)."""
+    return usage_entropy(usage).exp()
+
+
+def responsibility_histograms(r: Tensor, bins: int = 10) -> Tensor:
+    """Counts of :math:`r_{ij}` per component in ``bins`` equal bins of [0, 1]; shape (K, bins).
+
+    A specialised component has mass near 0 and near 1; an unspecialised one near 1/K.
+    """
+    if bins < 1:
+        raise ValueError(f"bins must be positive, got {bins}")
+    index = (_rows(r) * bins).long().clamp(0, bins - 1)  # (N, K)
+    return torch.nn.functional.one_hot(index, bins).sum(dim=0).to(r.dtype)  # (K, bins)
+
+
+def relative_change(previous: Tensor, current: Tensor) -> Tensor:
+    r""":math:`\lVert x_t - x_{t-1} \rVert_F / \lVert x_{t-1} \rVert_F` (a scalar tensor; inf if x_{t-1} = 0)."""
+    if previous.shape != current.shape:
+        raise ValueError(f"shapes differ: {tuple(previous.shape)} and {tuple(current.shape)}")
+    return torch.linalg.vector_norm(current - previous) / torch.linalg.vector_norm(previous)
+
+
+def drift(previous: Tensor, current: Tensor) -> Tensor:
+    r"""Per-component drift of prototypes or values (K, D): :math:`\lVert \mu_j' - \mu_j \rVert / \lVert \mu_j \rVert`.
+
+    Returns:
+        (K,) relative change of each row.
+    """
+    if previous.shape != current.shape or previous.dim() != 2:
+        raise ValueError(f"drift needs two (K, D) tensors, got {tuple(previous.shape)} and {tuple(current.shape)}")
+    return torch.linalg.vector_norm(current - previous, dim=1) / torch.linalg.vector_norm(previous, dim=1)
+
+
+class TwoTimescale(NamedTuple):
+    """Relative change per step of attention patterns, values and (optionally) W_V; ``ratio`` = values / attention."""
+
+    attention: Tensor
+    values: Tensor
+    w_v: Tensor | None
+    ratio: Tensor
+
+
+def two_timescale(
+    patterns_before: Tensor,
+    patterns_after: Tensor,
+    values_before: Tensor,
+    values_after: Tensor,
+    w_v_before: Tensor | None = None,
+    w_v_after: Tensor | None = None,
+) -> TwoTimescale:
+    r"""The two-timescale measure of arXiv 2512.22473: how fast routing moves compared with content.
+
+    .. math::  \rho = \frac{\lVert v_t - v_{t-1}\rVert / \lVert v_{t-1}\rVert}
+                          {\lVert \alpha_t - \alpha_{t-1}\rVert / \lVert \alpha_{t-1}\rVert}
+
+    Patterns and values must come from the same inputs at both steps (a fixed probe batch). A ratio above 1
+    means the attention pattern (the E-step) has settled while the values (the M-step) still move.
+    """
+    attention = relative_change(patterns_before, patterns_after)
+    values = relative_change(values_before, values_after)
+    w_v = None
+    if w_v_before is not None and w_v_after is not None:
+        w_v = relative_change(w_v_before, w_v_after)
+    return TwoTimescale(attention, values, w_v, values / attention)
+
+
+def min_variance(whitening: Tensor, covariance_type: str) -> Tensor:
+    r"""Smallest variance of each component, :math:`1/\sigma_{\max}(W_j)^2` with :math:`\Sigma_j = (W_j^T W_j)^{-1}`.
+
+    Whitening in the conventions of :func:`implicit_em.objectives.gaussian_energies`: full (K, D, D), tied
+    (D, D), diag (K, D), spherical (K,). Returns (K,) (tied: (1,)).
+    """
+    if covariance_type == "full":
+        top = torch.linalg.matrix_norm(whitening, ord=2)
+    elif covariance_type == "tied":
+        top = torch.linalg.matrix_norm(whitening, ord=2)[None]
+    elif covariance_type == "diag":
+        top = whitening.abs().amax(dim=-1)
+    elif covariance_type == "spherical":
+        top = whitening.abs()
+    else:
+        raise ValueError(f"covariance_type must be full, tied, diag or spherical, got {covariance_type!r}")
+    return top.pow(-2)
