@@ -81,7 +81,7 @@ class DataSource:
 
     def _chunk(self, start: int, stop: int) -> Tensor:
         part = self._data[start:stop]
-        t = torch.from_numpy(np.asarray(part)) if self.kind == "memmap" else part
+        t = torch.from_numpy(np.array(part)) if self.kind == "memmap" else part  # a copy: memmaps may be read-only
         return t.to(device=self.device, dtype=self.dtype, non_blocking=True)
 
     def batches(
@@ -134,14 +134,22 @@ class DataSource:
                 else torch.from_numpy(self._data[idx])
             )
             return rows.to(device=self.device, dtype=self.dtype)
+        # keys from a generator seeded by rng's state without drawing from rng: a stream that fits in max_rows
+        # then leaves rng exactly where an in-memory array leaves it, so the k-means start is the same
+        key_rng = np.random.RandomState(int(rng.get_state()[1][0]))  # type: ignore[index]
         keep: Tensor | None = None
         keys: Tensor | None = None
+        where: Tensor | None = None
+        seen = 0
         for x in self.batches(0):
-            k = torch.from_numpy(rng.uniform(size=x.shape[0])).to(x.device)
+            k = torch.from_numpy(key_rng.uniform(size=x.shape[0])).to(x.device)
+            pos = torch.arange(seen, seen + x.shape[0], device=x.device)
+            seen += x.shape[0]
             cand = x if keep is None else torch.cat([keep, x])
             cand_keys = k if keys is None else torch.cat([keys, k])
+            cand_pos = pos if where is None else torch.cat([where, pos])
             order = torch.argsort(cand_keys)[:max_rows]
-            keep, keys = cand[order], cand_keys[order]
-        if keep is None:
+            keep, keys, where = cand[order], cand_keys[order], cand_pos[order]
+        if keep is None or where is None:
             raise ValueError("the data iterable yielded no batches")
-        return keep
+        return keep[torch.argsort(where)]  # in stream order: all rows, when N <= max_rows, as an array would be

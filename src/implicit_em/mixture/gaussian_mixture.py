@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.sparse import issparse
 from sklearn.base import BaseEstimator, DensityMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -540,6 +541,9 @@ def _sklearn_tied_init(x: Tensor, means: Tensor, nk: Tensor, reg_covar: float) -
 
 
 def _is_batches(x: Any) -> bool:
+    """An iterable of batches (DataLoader, custom re-iterable); arrays, lists and sparse matrices are not."""
+    if issparse(x):
+        return False
     return (
         not isinstance(x, Tensor | np.ndarray | str | bytes)
         and hasattr(x, "__iter__")
