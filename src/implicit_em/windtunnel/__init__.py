@@ -1,0 +1,60 @@
+"""Bayesian wind tunnels: tasks with exact posteriors, small models, a training loop, metrics in bits.
+
+See docs/windtunnel.md and companion notes §A–B.
+"""
+
+from implicit_em.windtunnel.metrics import (
+    WindTunnelMetrics,
+    entropy_bits,
+    evaluate_predictions,
+    kl_bits,
+    predictive,
+)
+from implicit_em.windtunnel.models import (
+    CausalTransformer,
+    LSTMModel,
+    TokenMLP,
+    count_parameters,
+    matched_lstm,
+    matched_mlp,
+)
+from implicit_em.windtunnel.tasks import (
+    Batch,
+    BijectionTask,
+    HMMFilteringTask,
+    StickyMarkovTask,
+    bijection_entropy_without_replacement,
+    bijection_no_context_mae,
+    bijection_posterior,
+    hmm_forward_filter,
+    sticky_transition_matrix,
+)
+from implicit_em.windtunnel.train import TrainResult, WindTunnelConfig, evaluate, train, windtunnel_loss
+
+__all__ = [
+    "Batch",
+    "BijectionTask",
+    "CausalTransformer",
+    "HMMFilteringTask",
+    "LSTMModel",
+    "StickyMarkovTask",
+    "TokenMLP",
+    "TrainResult",
+    "WindTunnelConfig",
+    "WindTunnelMetrics",
+    "bijection_entropy_without_replacement",
+    "bijection_no_context_mae",
+    "bijection_posterior",
+    "count_parameters",
+    "entropy_bits",
+    "evaluate",
+    "evaluate_predictions",
+    "hmm_forward_filter",
+    "kl_bits",
+    "matched_lstm",
+    "matched_mlp",
+    "predictive",
+    "sticky_transition_matrix",
+    "train",
+    "windtunnel_loss",
+]

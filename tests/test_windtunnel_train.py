@@ -1,0 +1,143 @@
+"""Wind-tunnel training loop: schedule, losses, reproducibility, checkpoint/resume, run directory, CLI."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from implicit_em.windtunnel.__main__ import main
+from implicit_em.windtunnel.tasks import BijectionTask, HMMFilteringTask
+from implicit_em.windtunnel.train import WindTunnelConfig, learning_rate, train, windtunnel_loss
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoint.pt", weights_only=False)["model"]
+
+
+def test_learning_rate_warms_up_then_follows_the_cosine() -> None:
+    c = WindTunnelConfig(steps=110, warmup_steps=10, lr=1e-3, min_lr=1e-5)
+    assert learning_rate(0, c) == pytest.approx(1e-4)
+    assert learning_rate(9, c) == pytest.approx(1e-3)
+    assert learning_rate(10, c) == pytest.approx(1e-3)
+    assert learning_rate(60, c) == pytest.approx(1e-5 + 0.5 * (1e-3 - 1e-5))
+    assert learning_rate(110, c) == pytest.approx(1e-5)
+
+
+def test_config_rejects_unknown_options() -> None:
+    with pytest.raises(ValueError, match="loss"):
+        WindTunnelConfig(loss="hinge")
+    with pytest.raises(ValueError, match="model"):
+        WindTunnelConfig(model="cnn")
+    with pytest.raises(ValueError, match="task"):
+        WindTunnelConfig(task="copy")
+
+
+def test_softmax_loss_with_soft_targets_is_cross_entropy() -> None:
+    batch = HMMFilteringTask(n_obs=3).sample(4, torch.Generator().manual_seed(0))
+    logits = torch.randn(4, 3, 5, dtype=torch.float64)
+    expected = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, 5), batch.posterior.reshape(-1, 5), reduction="mean"
+    )
+    torch.testing.assert_close(windtunnel_loss(logits, batch, "softmax"), expected)
+
+
+def test_sigmoid_loss_is_independent_bce_summed_over_classes() -> None:
+    batch = BijectionTask(4).sample(2, torch.Generator().manual_seed(0))
+    logits = torch.randn(2, 3, 4, dtype=torch.float64)
+    target = torch.nn.functional.one_hot(batch.labels, 4).double()
+    p = torch.sigmoid(logits)
+    expected = -(target * p.log() + (1 - target) * (1 - p).log()).sum(-1).mean()
+    torch.testing.assert_close(windtunnel_loss(logits, batch, "sigmoid"), expected)
+
+
+def test_sigmoid_loss_minimiser_is_the_posterior() -> None:
+    """Independent BCE is proper per class: its minimiser over logits puts sigmoid(z_c) = p_c."""
+    batch = HMMFilteringTask(n_obs=2).sample(1, torch.Generator().manual_seed(3))
+    z = torch.zeros_like(batch.posterior, requires_grad=True)
+    opt = torch.optim.LBFGS([z], max_iter=200, tolerance_grad=1e-12, tolerance_change=1e-15)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = windtunnel_loss(z, batch, "sigmoid")
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    torch.testing.assert_close(torch.sigmoid(z.detach()), batch.posterior, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("task", ["bijection", "hmm"])
+def test_same_seed_same_numbers(task: str, tmp_path: Path) -> None:
+    c = WindTunnelConfig.tiny(task=task)
+    a = train(c, tmp_path / "a", progress=False)
+    b = train(c, tmp_path / "b", progress=False)
+    assert a.history == [{**h, "elapsed_s": h2["elapsed_s"]} for h, h2 in zip(b.history, a.history, strict=True)]
+    for k, v in _weights(tmp_path / "a").items():
+        torch.testing.assert_close(v, _weights(tmp_path / "b")[k], rtol=0, atol=0)
+
+
+def test_resume_after_interruption_equals_uninterrupted_run(tmp_path: Path) -> None:
+    c = WindTunnelConfig.tiny(steps=30, checkpoint_every=5, eval_every=10)
+    straight = train(c, tmp_path / "straight", progress=False)
+    stopped = train(c, tmp_path / "resumed", progress=False, stop_after=15)
+    assert stopped.steps_done == 15 and not stopped.complete
+    resumed = train(c, tmp_path / "resumed", progress=False)
+    assert resumed.complete and resumed.steps_done == 30
+    for k, v in _weights(tmp_path / "straight").items():
+        torch.testing.assert_close(v, _weights(tmp_path / "resumed")[k], rtol=0, atol=0)
+    assert [h["kl"] for h in straight.history] == [h["kl"] for h in resumed.history]
+
+
+def test_resume_refuses_a_different_config(tmp_path: Path) -> None:
+    train(WindTunnelConfig.tiny(steps=5), tmp_path, progress=False)
+    with pytest.raises(ValueError, match="different configuration"):
+        train(WindTunnelConfig.tiny(steps=5, lr=0.5), tmp_path, progress=False)
+
+
+def test_run_directory_holds_config_metrics_and_png(tmp_path: Path) -> None:
+    result = train(WindTunnelConfig.tiny(task="hmm"), tmp_path, progress=False)
+    config = json.loads((tmp_path / "config.json").read_text())
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert WindTunnelConfig.from_dict(config) == result.config
+    assert set(metrics["final"]) == {"K=4", "K=6"}
+    for m in metrics["final"].values():
+        assert len(m["curves"]["entropy_bayes"]) == int(m["curves"] and len(m["curves"]["kl"]))
+        assert m["kl"] >= 0 and m["entropy_mae_mean_curve"] <= m["entropy_mae_per_sample"] + 1e-12
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert metrics["loadavg_start"] and metrics["versions"]["torch"] == torch.__version__
+
+
+@pytest.mark.parametrize("model", ["mlp", "lstm"])
+def test_matched_models_train_and_report_reference_size(model: str, tmp_path: Path) -> None:
+    result = train(WindTunnelConfig.tiny(model=model), tmp_path, progress=False)
+    ref = result.extra["reference_transformer_params"]
+    assert abs(result.n_params - ref) / ref < 0.10
+
+
+def test_quick_smoke_transformer_learns_bijection_and_mlp_sits_at_floor(tmp_path: Path) -> None:
+    """A few hundred steps on V = 5: the transformer beats the no-context floor, the MLP stays on it."""
+    common = dict(n_symbols=5, d_model=32, d_ff=64, n_heads=2, n_layers=2, batch_size=64, lr=3e-3)
+    c = WindTunnelConfig.tiny(steps=400, warmup_steps=20, eval_every=400, eval_size=512, **common)
+    floor = BijectionTask(5).no_context_mae()
+    tr = train(c, tmp_path / "t", progress=False).metrics["eval"]
+    mlp = train(WindTunnelConfig.tiny(steps=400, model="mlp", eval_every=400, eval_size=512, **common),
+                tmp_path / "m", progress=False).metrics["eval"]  # fmt: skip
+    assert tr.kl < 0.5 * floor
+    assert mlp.entropy_mae_per_sample == pytest.approx(floor, abs=0.05)
+
+
+def test_cli_oracle_prints_the_computed_floors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["oracle", "--n-symbols", "20"]) == 0
+    out = json.loads(capsys.readouterr().out)["no_context_entropy_mae_bits"]
+    assert math.isclose(out["replacement=False"], 1.107, abs_tol=5e-4)
+    assert math.isclose(out["replacement=True"], 1.849, abs_tol=5e-4)
+
+
+def test_cli_train_tiny_writes_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["train", "--preset", "tiny", "--out", str(tmp_path), "--no-progress", "--steps", "6", "--loss", "sigmoid"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["steps"] == 6
+    assert json.loads((tmp_path / "config.json").read_text())["loss"] == "sigmoid"
