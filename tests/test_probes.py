@@ -1,5 +1,8 @@
 """The library attention function, the attention probe on it (case a), the laws, and the head probe."""
 
+import runpy
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,6 +13,7 @@ from implicit_em import objectives
 from implicit_em.probes import AttentionProbe, HeadProbe, attention, hopfield_residual, routing_law, value_law
 from implicit_em.probes.attention import active_observer, dropout_keep
 
+ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-10  # the issue's bound for the laws in float64
 
 
@@ -281,3 +285,13 @@ def test_head_probe_errors_are_clear() -> None:
         probe.responsibilities()
     with pytest.raises(ValueError, match="target must have shape"):
         probe.responsibilities(torch.zeros(5, dtype=torch.long))
+
+
+def test_example_quick_mode_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    example = runpy.run_path(str(ROOT / "examples" / "probe_transformer.py"))
+    config = example["Config"].quick()
+    config = example["Config"](**{**config.__dict__, "out": str(tmp_path / "log.jsonl")})
+    example["report"](example["run"](config), config)
+    printed = capsys.readouterr().out
+    assert "routing_law" in printed and "ratio" in printed
+    assert (tmp_path / "log.jsonl").read_text().count("\n") > config.steps

@@ -1,6 +1,10 @@
 """The attention probe on Hugging Face transformers models built from tiny random configs (case c)."""
 
+import json
+import runpy
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -157,3 +161,14 @@ def test_activation_checkpointing_commits_one_record_per_site(reentrant: bool) -
     laws = probe.check_laws()
     assert set(laws["layers"]) == {"blocks.0.attn", "blocks.1.attn"}
     assert laws["routing_law"] <= TOL and laws["value_law"] <= TOL
+
+
+def test_overhead_benchmark_quick_mode_runs(tmp_path: Path) -> None:
+    benchmark = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "probe_overhead.py"))
+    out = tmp_path / "overhead.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["probe_overhead.py", "--quick", "--out", str(out)])
+        benchmark["main"]()
+    result = json.loads(out.read_text())
+    assert set(result["ratio_to_none"]) == set(benchmark["CONTENDERS"])
+    assert result["environment"]["threads"] >= 1 and len(result["environment"]["loadavg_before"]) == 3
