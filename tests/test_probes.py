@@ -295,3 +295,14 @@ def test_example_quick_mode_runs(tmp_path: Path, capsys: pytest.CaptureFixture[s
     printed = capsys.readouterr().out
     assert "routing_law" in printed and "ratio" in printed
     assert (tmp_path / "log.jsonl").read_text().count("\n") > config.steps
+
+
+def test_summary_routing_residual_equals_the_law_written_out() -> None:
+    from implicit_em.probes.laws import per_head_max, routing_law_residual
+
+    a = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), -1)
+    v, u, g = (torch.randn(2, 3, *shape, dtype=torch.float64) for shape in ((5, 6), (4, 6), (4, 5)))
+    keep = (torch.rand(2, 3, 4, 5) > 0.3).double() / 0.7
+    for k in (None, keep):
+        expected = per_head_max(g - routing_law(a, v, u, k))
+        torch.testing.assert_close(routing_law_residual(g, a, v, u, k), expected, atol=TOL, rtol=0)

@@ -63,7 +63,7 @@ def attention_scores(query: Tensor, key: Tensor, scale: float | None = None) -> 
             f"query and key must share the last dimension, got {tuple(query.shape)} and {tuple(key.shape)}"
         )
     scale = default_scale(query) if scale is None else scale
-    return torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., T, S)
+    return torch.matmul(query * scale, key.transpose(-2, -1))  # (..., T, S); scaling q is a T x E pass, not T x S
 
 
 def default_scale(query: Tensor) -> float:

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from implicit_em.probes import _hf, _torch_mha
 from implicit_em.probes.attention import active_observer, set_observer
-from implicit_em.probes.laws import hopfield_residual, per_head_max, routing_law, value_law
+from implicit_em.probes.laws import hopfield_residual, per_head_max, routing_law_residual, value_law
 
 Mode = Literal["full", "summary"]
 
@@ -408,12 +408,12 @@ def _summary_stats(record: _Record, laws: bool) -> dict[str, Tensor]:
         ("hook_v", "value_grad_norm"),
     ):
         if name in g:
-            stats[stat] = g[name].square().sum(dim=(0, 2, 3)).sqrt()
+            stats[stat] = torch.linalg.vector_norm(g[name], dim=(0, 2, 3))
     if laws and "hook_z" in g:
         keep = record.fwd.get("hook_dropout_keep")
         u, v = g["hook_z"], record.fwd["hook_v"]
         if "hook_attn_scores" in g:
-            stats["routing_law"] = per_head_max(g["hook_attn_scores"] - routing_law(a, v, u, keep))
+            stats["routing_law"] = routing_law_residual(g["hook_attn_scores"], a, v, u, keep)
         if "hook_v" in g:
             stats["value_law"] = per_head_max(g["hook_v"] - value_law(a, u, keep))
     return stats

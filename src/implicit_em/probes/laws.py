@@ -38,8 +38,20 @@ def value_law(weights: Tensor, upstream: Tensor, keep: Tensor | None = None) -> 
 
 
 def per_head_max(x: Tensor) -> Tensor:
-    """Max |x| per head of a (B, H, ...) tensor, shape (H,)."""
-    return x.abs().transpose(0, 1).reshape(x.shape[1], -1).amax(dim=1)
+    """Max |x| per head of a (B, H, ...) tensor, shape (H,) (one fused reduction, no copy)."""
+    return torch.linalg.vector_norm(x, ord=float("inf"), dim=(0, *range(2, x.dim())))
+
+
+def routing_law_residual(
+    grad_scores: Tensor, weights: Tensor, value: Tensor, upstream: Tensor, keep: Tensor | None = None
+) -> Tensor:
+    """Max |dl/ds − routing law| per head, shape (H,); the cheap form used in summary mode (one T x S buffer)."""
+    b = torch.matmul(upstream, value.transpose(-2, -1))  # (B, H, T, S), the only T x S allocation
+    if keep is not None:
+        b.mul_(keep)
+    mean_b = torch.einsum("bhts,bhts->bht", weights, b)  # E_alpha[b] per query row, a batched dot product
+    b.sub_(mean_b[..., None]).mul_(weights).sub_(grad_scores)
+    return per_head_max(b)
 
 
 def hopfield_residual(query: Tensor, key: Tensor, scores: Tensor, scale: float) -> Tensor:
