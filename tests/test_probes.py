@@ -306,3 +306,16 @@ def test_summary_routing_residual_equals_the_law_written_out() -> None:
     for k in (None, keep):
         expected = per_head_max(g - routing_law(a, v, u, k))
         torch.testing.assert_close(routing_law_residual(g, a, v, u, k), expected, atol=TOL, rtol=0)
+
+
+def test_summary_statistics_skip_fully_masked_rows() -> None:
+    q, k, v = _qkv(b=1, h=1, t=3, s=4)
+    mask = torch.tensor([[True, True, False, False], [False, False, False, False], [True, True, True, True]])
+    with AttentionProbe(mode="summary") as probe:
+        attention(q, k, v, attn_mask=mask).sum().backward()
+    stats = probe.summary()["calls.0.attn"]
+    a = torch.softmax((q @ k.transpose(-2, -1) / 2).masked_fill(~mask, float("-inf")), -1)[0, 0].detach()
+    rows = [0, 2]  # row 1 has no key: excluded from the mean
+    entropy = -(a[rows] * a[rows].log()).nan_to_num().sum(-1).mean()
+    torch.testing.assert_close(stats["entropy"], entropy[None], atol=TOL, rtol=0)
+    torch.testing.assert_close(stats["max_weight"], a[rows].amax(-1).mean()[None], atol=TOL, rtol=0)

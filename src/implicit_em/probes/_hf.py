@@ -93,6 +93,12 @@ def enable(model: nn.Module) -> str:
     _register()
     previous = str(model.config._attn_implementation)  # type: ignore[union-attr]
     model.set_attn_implementation(NAME)  # type: ignore[operator]
+    if model.config._attn_implementation != NAME:  # type: ignore[union-attr]
+        model.set_attn_implementation(previous)  # type: ignore[operator]
+        raise ValueError(
+            f"{type(model).__name__} cannot switch its attention implementation (it does not use HF's "
+            "AttentionInterface), so the probe cannot reach its attention scores"
+        )
     return previous
 
 

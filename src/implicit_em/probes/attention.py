@@ -34,6 +34,7 @@ class AttentionObserver(Protocol):
         output: Tensor,
         scale: float,
         site: str | None,
+        masked: bool = False,
     ) -> None: ...
 
     def site_of(self, module: torch.nn.Module) -> str | None: ...
@@ -125,7 +126,7 @@ def attend(
     output = torch.matmul(dropped, value)  # (..., T, Ev)
     observer = _OBSERVER
     if observer is not None:
-        observer.observe_call(query, key, value, scores, weights, keep, output, scale, site)
+        observer.observe_call(query, key, value, scores, weights, keep, output, scale, site, attn_mask is not None)
     return output, dropped
 
 

@@ -73,6 +73,7 @@ class _Record:
     site: str
     step: int
     scale: float
+    masked: bool = False  # an attn_mask was given: some query rows may have no key
     fwd: dict[str, Tensor] = field(default_factory=dict)
     grad: dict[str, Tensor] = field(default_factory=dict)
     expect: set[str] = field(default_factory=set)
@@ -266,6 +267,7 @@ class AttentionProbe:
         output: Tensor,
         scale: float,
         site: str | None,
+        masked: bool = False,
     ) -> None:
         """Record one call of :func:`implicit_em.probes.attention.attend`."""
         if site is None:
@@ -278,7 +280,7 @@ class AttentionProbe:
             return
         assert site is not None
         self._site_calls[site] = self._site_calls.get(site, 0) + 1
-        record = _Record(site=site, step=self.step, scale=scale)
+        record = _Record(site=site, step=self.step, scale=scale, masked=masked)
         a4, v4 = _as4d(weights), _as4d(value)
         if v4.shape[:2] != a4.shape[:2]:
             raise ValueError(
@@ -395,8 +397,10 @@ def _site_order(site: str) -> tuple[str, int]:
 def _summary_stats(record: _Record, laws: bool) -> dict[str, Tensor]:
     """Per-head statistics of one record (fused reductions over B, T and S)."""
     a = record.fwd["hook_pattern"]  # (B, H, T, S)
-    valid = a.sum(dim=-1)  # (B, H, T): 1 on rows that attend to something, 0 on fully masked rows
-    rows = valid.sum(dim=(0, 2)).clamp_min(1.0)  # (H,)
+    if record.masked:  # a.sum(-1) is 1 on rows that attend to something, 0 on fully masked rows
+        rows = a.sum(dim=-1).sum(dim=(0, 2)).clamp_min(1.0)  # (H,)
+    else:
+        rows = torch.full((a.shape[1],), float(a.shape[0] * a.shape[2]), dtype=a.dtype, device=a.device)
     stats = {
         "entropy": -torch.special.xlogy(a, a).sum(dim=-1).sum(dim=(0, 2)) / rows,
         "max_weight": a.amax(dim=-1).sum(dim=(0, 2)) / rows,
