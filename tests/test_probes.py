@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
@@ -319,3 +321,24 @@ def test_summary_statistics_skip_fully_masked_rows() -> None:
     entropy = -(a[rows] * a[rows].log()).nan_to_num().sum(-1).mean()
     torch.testing.assert_close(stats["entropy"], entropy[None], atol=TOL, rtol=0)
     torch.testing.assert_close(stats["max_weight"], a[rows].amax(-1).mean()[None], atol=TOL, rtol=0)
+
+
+@given(
+    b=st.integers(1, 2),
+    h=st.integers(1, 3),
+    t=st.integers(1, 5),
+    s=st.integers(1, 5),
+    e=st.integers(1, 4),
+    mask_seed=st.integers(0, 2**16),
+)
+def test_laws_hold_for_random_shapes_and_masks(b: int, h: int, t: int, s: int, e: int, mask_seed: int) -> None:
+    generator = torch.Generator().manual_seed(mask_seed)
+    q, k, v = (torch.randn(b, h, n, e, dtype=torch.float64, generator=generator) for n in (t, s, s))
+    for x in (q, k, v):
+        x.requires_grad_(True)
+    mask = torch.rand(b, 1, t, s, generator=generator) > 0.3
+    with AttentionProbe() as probe:
+        out = attention(q, k, v, attn_mask=mask)
+        (out * torch.randn(out.shape, dtype=torch.float64, generator=generator)).sum().backward()
+    laws = probe.check_laws()
+    assert laws["routing_law"] <= TOL and laws["value_law"] <= TOL and laws["hopfield"] <= TOL

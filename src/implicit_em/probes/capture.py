@@ -298,10 +298,8 @@ class AttentionProbe:
             if tensor.requires_grad:
                 record.expect.add(name)
                 record.handles.append(tensor.register_hook(self._grad_hook(record, name)))
-        if record.expect:
-            self._pending[site] = record
-        else:
-            self._pending[site] = record
+        self._pending[site] = record
+        if not record.expect:  # no gradient will come (no_grad, or nothing requires grad)
             self._finish(record)
 
     def _select(self, x: Tensor) -> Tensor:
