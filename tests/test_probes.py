@@ -342,3 +342,12 @@ def test_laws_hold_for_random_shapes_and_masks(b: int, h: int, t: int, s: int, e
         (out * torch.randn(out.shape, dtype=torch.float64, generator=generator)).sum().backward()
     laws = probe.check_laws()
     assert laws["routing_law"] <= TOL and laws["value_law"] <= TOL and laws["hopfield"] <= TOL
+
+
+def test_summary_without_laws_says_so() -> None:
+    q, k, v = _qkv()
+    with AttentionProbe(mode="summary", laws=False) as probe:
+        attention(q, k, v).sum().backward()
+    assert "routing_law" not in probe.summary()["calls.0.attn"]
+    with pytest.raises(RuntimeError, match="laws=False"):
+        probe.check_laws()

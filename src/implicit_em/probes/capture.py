@@ -374,6 +374,8 @@ class AttentionProbe:
                 )
             per_layer[site] = row
         if not any("routing_law" in row or "value_law" in row for row in per_layer.values()):
+            if self.mode == "summary" and not self.laws:
+                raise RuntimeError("this probe was made with laws=False: summary mode computed no law residuals")
             raise RuntimeError(
                 "no gradients reached the probe: run the forward and loss.backward() inside the `with` block "
                 "(in summary mode with laws=True, on a sampled step)"
