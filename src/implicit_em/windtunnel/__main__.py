@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = train(config, args.out, progress=not args.no_progress)
     summary = {name: {k: v for k, v in m.to_dict().items() if k != "curves"} for name, m in result.metrics.items()}
     report = {"run_dir": str(args.out), "steps": result.steps_done, "n_params": result.n_params, "final": summary}
-    report.update({k: result.extra[k] for k in ("oracle", "wall_s")})
+    report.update({k: result.extra[k] for k in ("oracle", "wall_s", "cpu_s")})
     print(json.dumps(report, indent=2))
     return 0
 

@@ -90,9 +90,9 @@ class WindTunnelConfig:
     def quick(cls, **overrides: Any) -> "WindTunnelConfig":
         """CPU setting, about 10 minutes on 2 cores (see docs/windtunnel.md for the measured numbers)."""
         task = overrides.get("task", cls.task)
-        base: dict[str, Any] = {"steps": 6000, "batch_size": 64, "lr": 1e-3}
+        base: dict[str, Any] = {"steps": 20000, "batch_size": 64, "lr": 1e-3, "eval_every": 2000}
         if task == "hmm":
-            base.update(steps=4000, batch_size=32, eval_size=1024)
+            base.update(steps=12000, batch_size=32, eval_size=1024)
         base.update(overrides)
         return cls(**base)
 
@@ -286,7 +286,7 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
     generator = torch.Generator().manual_seed(config.seed)
     eval_batches = _eval_sets(config, evals)
     history: list[dict[str, float]] = []
-    step, elapsed = 0, 0.0
+    step, elapsed, cpu = 0, 0.0, 0.0
     load_start = os.getloadavg()
 
     ckpt_path = run_path / "checkpoint.pt" if run_path is not None else None
@@ -301,6 +301,7 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
             optimizer.load_state_dict(state["optimizer"])
             generator.set_state(state["generator"])
             history, step, elapsed = state["history"], state["step"], state["elapsed"]
+            cpu = state.get("cpu", 0.0)
             logger.info("resumed %s at step %d", run_path, step)
         _write_json(config.to_dict(), config_path)
 
@@ -315,6 +316,7 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
                     "history": history,
                     "step": step,
                     "elapsed": elapsed,
+                    "cpu": cpu,
                 },
                 ckpt_path,
             )
@@ -323,7 +325,7 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
     last_metrics: dict[str, WindTunnelMetrics] = {}
     bar = tqdm(total=config.steps, initial=step, disable=not progress, desc=f"{config.task}/{config.model}")
     loss_sum, loss_n = 0.0, 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         while step < config.steps and (stop_after is None or step < stop_after):
             lr = learning_rate(step, config)
@@ -350,6 +352,7 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
                     "entropy_mae_mean_curve": first.entropy_mae_mean_curve,
                     "kl": first.kl,
                     "elapsed_s": elapsed + time.perf_counter() - t0,
+                    "cpu_s": cpu + time.process_time() - c0,
                 }
                 history.append(record)
                 loss_sum, loss_n = 0.0, 0
@@ -357,14 +360,17 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
                 logger.info("step %d: %s", step, record)
             if step % config.checkpoint_every == 0 or step == config.steps:
                 elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
+                cpu, c0 = cpu + time.process_time() - c0, time.process_time()
                 checkpoint()
     except KeyboardInterrupt:
         elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
+        cpu, c0 = cpu + time.process_time() - c0, time.process_time()
         checkpoint()
         bar.close()
         raise
     bar.close()
     elapsed += time.perf_counter() - t0
+    cpu += time.process_time() - c0
     checkpoint()
     if not last_metrics:  # resumed a finished run, or stopped before the first evaluation
         last_metrics = {name: evaluate(model, b, config.loss) for name, b in eval_batches.items()}
@@ -374,6 +380,7 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
         "oracle": oracle_numbers(config),
         "reference_transformer_params": reference_params,
         "wall_s": elapsed,
+        "cpu_s": cpu,
         "threads": torch.get_num_threads(),
         "loadavg_start": list(load_start),
         "loadavg_end": list(os.getloadavg()),
