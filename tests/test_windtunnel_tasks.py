@@ -138,6 +138,20 @@ def test_hmm_posterior_matches_naive_filter_on_the_spelled_out_matrices() -> Non
         np.testing.assert_allclose(batch.posterior[b].numpy(), _naive_filter(trans, emit, obs), rtol=1e-10)
 
 
+def test_decode_matrices_and_emission_only_baseline() -> None:
+    task = HMMFilteringTask(n_obs=5)
+    batch = task.sample(4, _gen(6))
+    trans, emit = task.decode_matrices(batch.tokens)
+    for b in range(4):
+        t_ref, e_ref = _decode_header(task, batch.tokens[b])
+        np.testing.assert_allclose(trans[b].numpy(), t_ref, rtol=1e-15)
+        np.testing.assert_allclose(emit[b].numpy(), e_ref, rtol=1e-15)
+    baseline = task.emission_only_posterior(batch)
+    # with a uniform initial state, the first filtering posterior is exactly Bayes' rule on o_1
+    torch.testing.assert_close(baseline[:, 0], batch.posterior[:, 0], rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(baseline[:, 1:], batch.posterior[:, 1:])
+
+
 def test_hmm_sequence_layout() -> None:
     task = HMMFilteringTask(n_obs=6)
     batch = task.sample(3, _gen())

@@ -107,6 +107,8 @@ def test_run_directory_holds_config_metrics_and_png(tmp_path: Path) -> None:
     for m in metrics["final"].values():
         assert len(m["curves"]["entropy_bayes"]) == int(m["curves"] and len(m["curves"]["kl"]))
         assert m["kl"] >= 0 and m["entropy_mae_mean_curve"] <= m["entropy_mae_per_sample"] + 1e-12
+    baselines = metrics["oracle"]["K=4"]
+    assert baselines["emission_only"]["kl"] < baselines["uniform"]["kl"]
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert metrics["loadavg_start"] and metrics["versions"]["torch"] == torch.__version__
 

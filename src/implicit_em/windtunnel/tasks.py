@@ -169,6 +169,11 @@ class BijectionTask:
 _PROB_MIN_HUNDREDTHS = 5  # probability tokens 0.05 .. 1.00, i.e. 96 tokens
 
 
+def _token_probability(tokens: Tensor) -> Tensor:
+    """Probability token -> probability (float64): token i stands for (i + 5) / 100."""
+    return (tokens.double() + _PROB_MIN_HUNDREDTHS) / 100
+
+
 def round_stochastic_rows(p: Float[Tensor, "*batch s"], floor: float = 0.05) -> Tensor:
     """Floor rows at ``floor``, renormalise, round to hundredths keeping each row's sum at exactly 1.
 
@@ -319,6 +324,24 @@ class HMMFilteringTask:
         )
         positions = torch.arange(self.header_len + 2, self.seq_len(), 2)  # the o_t tokens
         return Batch(tokens, positions, posterior, None)
+
+    def decode_matrices(self, tokens: Int[Tensor, "b t"]) -> tuple[Tensor, Tensor]:
+        """Transition (B, S, S) and emission (B, S, O) matrices read back from the header tokens (float64)."""
+        s, o = self.n_states, self.n_symbols
+        trans = _token_probability(tokens[:, 1 : 1 + s * s]).reshape(-1, s, s)
+        emit = _token_probability(tokens[:, 2 + s * s : 2 + s * s + s * o]).reshape(-1, s, o)
+        return trans, emit
+
+    def emission_only_posterior(self, batch: Batch) -> Tensor:
+        """Baseline p(s_t | o_t) with a uniform prior (ignores the transitions and the past), (B, K, S).
+
+        It is the best a model can do that reads only the emission matrix and the current symbol: the yardstick
+        a transformer must beat to show it filters.
+        """
+        _, emit = self.decode_matrices(batch.tokens)
+        obs = batch.tokens[:, batch.positions] - self.symbol_offset  # (B, K)
+        lik = emit.transpose(1, 2).gather(1, obs[:, :, None].expand(-1, -1, self.n_states))  # (B, K, S)
+        return lik / lik.sum(dim=-1, keepdim=True)
 
     def __repr__(self) -> str:
         return f"HMMFilteringTask(n_obs={self.n_obs}, n_states={self.n_states}, n_symbols={self.n_symbols})"

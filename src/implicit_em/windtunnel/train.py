@@ -244,12 +244,24 @@ def _versions() -> dict[str, str]:
     }
 
 
-def oracle_numbers(config: WindTunnelConfig) -> dict[str, float]:
-    """The no-context oracle (entropy MAE of the context-free uniform predictor), computed exactly."""
-    if config.task != "bijection":
-        return {}
-    task = BijectionTask(config.n_symbols, replacement=config.replacement)
-    return {"no_context_entropy_mae": task.no_context_mae()}
+def oracle_numbers(config: WindTunnelConfig, eval_batches: dict[str, Batch] | None = None) -> dict[str, Any]:
+    """Reference predictors, computed, never typed in.
+
+    Bijection: the no-context oracle (entropy MAE of the uniform predictor over all V values), exactly.
+    HMM: on each evaluation set, the uniform predictor and the emission-only predictor p(s_t | o_t).
+    """
+    if config.task == "bijection":
+        task = BijectionTask(config.n_symbols, replacement=config.replacement)
+        return {"no_context_entropy_mae": task.no_context_mae()}
+    out: dict[str, Any] = {}
+    hmm = HMMFilteringTask(config.n_obs)
+    for name, b in (eval_batches or {}).items():
+        uniform = torch.full_like(b.posterior, 1.0 / hmm.n_states)
+        out[name] = {}
+        for label, p in (("uniform", uniform), ("emission_only", hmm.emission_only_posterior(b))):
+            m = evaluate_predictions(p, b.posterior)
+            out[name][label] = {"entropy_mae_per_sample": m.entropy_mae_per_sample, "kl": m.kl}
+    return out
 
 
 def train(
@@ -377,7 +389,7 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
 
     complete = step >= config.steps
     extra = {
-        "oracle": oracle_numbers(config),
+        "oracle": oracle_numbers(config, eval_batches),
         "reference_transformer_params": reference_params,
         "wall_s": elapsed,
         "cpu_s": cpu,
