@@ -351,3 +351,14 @@ def test_summary_without_laws_says_so() -> None:
     assert "routing_law" not in probe.summary()["calls.0.attn"]
     with pytest.raises(RuntimeError, match="laws=False"):
         probe.check_laws()
+
+
+def test_law_check_is_sensitive_to_a_wrong_value() -> None:
+    """Negative control: the residuals are exactly 0 to ~1e-15 on a true model, and large once v is off by 1%."""
+    q, k, v = _qkv()
+    with AttentionProbe() as probe:
+        attention(q, k, v, is_causal=True).sin().sum().backward()
+    assert probe.check_laws()["routing_law"] <= TOL
+    probe.cache["calls.0.attn.hook_v"].mul_(1.01)  # the cache holds the probe's own tensors
+    laws = probe.check_laws()
+    assert laws["routing_law"] > 1e-4 and laws["value_law"] <= TOL  # the value law does not involve v
