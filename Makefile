@@ -5,9 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 # What each command installs on top of torch: the demo needs the package alone; the tests also need the dev
-# tools and the optional extras whose adapters they exercise (Hugging Face transformers).
+# tools and the optional extras whose adapters they exercise (transformers, TensorBoard, Lightning).
 DEMO_SPEC := -e .
-TEST_SPEC := -e ".[dev,hf]"
+TEST_SPEC := -e ".[dev,hf,tensorboard,lightning]"
 
 .PHONY: install demo test test-all lint clean
 

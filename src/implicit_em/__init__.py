@@ -1,8 +1,10 @@
 """implicit-em: gradient descent as implicit EM in distance-based models."""
 
-from implicit_em import probes
+from implicit_em import diagnostics, probes
 from implicit_em._checks import set_validate_args, validate_args_enabled
+from implicit_em.diagnostics import Monitor
 from implicit_em.distances import GaussianComponents, GaussianEnergies, MahalanobisUnit, Prototypes
+from implicit_em.mixture import GaussianMixture
 from implicit_em.objectives import (
     constrained_cross_entropy,
     correntropy,
@@ -15,14 +17,20 @@ from implicit_em.objectives import (
     responsibilities,
     softmin_bounds,
 )
+from implicit_em.probes import AttentionProbe, HeadProbe
 
 __all__ = [
+    "AttentionProbe",
     "GaussianComponents",
     "GaussianEnergies",
+    "GaussianMixture",
+    "HeadProbe",
     "MahalanobisUnit",
+    "Monitor",
     "Prototypes",
     "constrained_cross_entropy",
     "correntropy",
+    "diagnostics",
     "gaussian_energies",
     "gaussian_mixture_log_likelihood",
     "identity_residual",
