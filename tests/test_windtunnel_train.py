@@ -145,3 +145,11 @@ def test_cli_train_tiny_writes_a_run(tmp_path: Path, capsys: pytest.CaptureFixtu
     printed = json.loads(capsys.readouterr().out)
     assert printed["steps"] == 6
     assert json.loads((tmp_path / "config.json").read_text())["loss"] == "sigmoid"
+
+
+def test_cli_summarize_collects_final_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train(WindTunnelConfig.tiny(steps=4), tmp_path / "run", progress=False)
+    assert main(["summarize", str(tmp_path / "run"), "--out", str(tmp_path / "s.json")]) == 0
+    summary = json.loads((tmp_path / "s.json").read_text())["run"]
+    assert summary["steps_done"] == 4 and "curves" not in summary["final"]["eval"]
+    assert summary["final"]["eval"]["kl"] >= 0 and summary["oracle"]["no_context_entropy_mae"] > 0

@@ -6,6 +6,7 @@ Examples::
     python -m implicit_em.windtunnel train --preset quick --task hmm --threads 2 --out runs/hmm
     python -m implicit_em.windtunnel train --preset full --task bijection --out runs/bij20-full   # GPU sizes
     python -m implicit_em.windtunnel oracle --n-symbols 20
+    python -m implicit_em.windtunnel summarize runs/bij20 runs/hmm --out benchmarks/results/windtunnel_quick.json
 
 Every field of :class:`~implicit_em.windtunnel.train.WindTunnelConfig` is an option (``--field-name VALUE``);
 those given override the preset. Running ``train`` again with the same options and ``--out`` resumes.
@@ -18,6 +19,7 @@ import logging
 import sys
 import typing
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from implicit_em.windtunnel.tasks import BijectionTask
@@ -52,6 +54,17 @@ def _field_parser(annotation: Any) -> Any:
     return _parse_optional_int  # int | None
 
 
+def summarize_run(run_dir: Path) -> dict[str, Any]:
+    """The small summary of a run directory: config, final metrics without curves, timing, load, oracle."""
+    m = json.loads((run_dir / "metrics.json").read_text())
+    final = {name: {k: v for k, v in f.items() if k != "curves"} for name, f in m["final"].items()}
+    keep = ("n_params", "reference_transformer_params", "steps_done", "complete", "wall_s", "cpu_s", "threads")
+    out = {"config": m["config"], "final": final, **{k: m.get(k) for k in keep}}
+    out.update(oracle=m.get("oracle"), loadavg_start=m.get("loadavg_start"), loadavg_end=m.get("loadavg_end"))
+    out["versions"] = m.get("versions")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m implicit_em.windtunnel", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     hints = typing.get_type_hints(WindTunnelConfig)
     for f in dataclasses.fields(WindTunnelConfig):
         tr.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=_field_parser(hints[f.name]), default=None)
+    summ = sub.add_parser("summarize", help="collect the final numbers of run directories into one JSON file")
+    summ.add_argument("run_dirs", nargs="+")
+    summ.add_argument("--out", required=True)
     orc = sub.add_parser("oracle", help="print the no-context oracle (entropy MAE, bits) of bijection tasks")
     orc.add_argument("--n-symbols", type=int, default=20)
     return parser
@@ -72,6 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "oracle":
         out = {f"replacement={r}": BijectionTask(args.n_symbols, replacement=r).no_context_mae() for r in (False, True)}
         print(json.dumps({"n_symbols": args.n_symbols, "no_context_entropy_mae_bits": out}, indent=2))
+        return 0
+    if args.command == "summarize":
+        runs = {Path(d).name: summarize_run(Path(d)) for d in args.run_dirs}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(runs, indent=2) + "\n")
+        print(f"wrote {args.out} ({len(runs)} runs)")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     overrides = {
