@@ -5,9 +5,12 @@ sequence 128, batch 16 by default):
 
 * ``none``: the model's own attention (sdpa), no probe;
 * ``detached``: the same, after a probe was attached and detached once (its code path when not attached);
-* ``summary``: a summary-mode probe (per-head statistics and law residuals) on every step;
-* ``summary_stats``: summary mode without the law residuals (``laws=False``);
-* ``summary_every10``: summary mode sampling one step in ten;
+* ``summary``: a summary-mode probe with its defaults (per-head statistics and law residuals of the first
+  ``summary_batch=2`` sequences; the rest of the batch runs HF's fused sdpa) on every step;
+* ``summary_stats``: the same without the law residuals (``laws=False``);
+* ``summary_full_batch``: summary mode observing the whole batch (``summary_batch=None``), every step;
+* ``summary_full_batch_stats``: the same without the law residuals;
+* ``summary_every10``: summary mode (defaults) sampling one step in ten;
 * ``full``: full capture (every tensor of every layer and head).
 
 Each step is forward, loss, backward and an AdamW step; the probe is entered and left around each step (so
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import json
 import os
 import platform
@@ -69,6 +73,8 @@ def make_contenders(
     kwargs: dict[str, dict[str, Any]] = {
         "summary": {"mode": "summary"},
         "summary_stats": {"mode": "summary", "laws": False},
+        "summary_full_batch": {"mode": "summary", "summary_batch": None},
+        "summary_full_batch_stats": {"mode": "summary", "summary_batch": None, "laws": False},
         "summary_every10": {"mode": "summary", "every": 10},
         "full": {"mode": "full"},
     }
@@ -76,12 +82,25 @@ def make_contenders(
     factories: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
         "none": contextlib.nullcontext,
         "detached": contextlib.nullcontext,
-        **{name: (lambda p=probe: p) for name, probe in probes.items()},
+        **{name: functools.partial(_same, probe) for name, probe in probes.items()},
     }
     return copies, factories
 
 
-CONTENDERS = ["none", "detached", "summary", "summary_stats", "summary_every10", "full"]
+def _same(probe: AttentionProbe) -> AttentionProbe:
+    return probe
+
+
+CONTENDERS = [
+    "none",
+    "detached",
+    "summary",
+    "summary_stats",
+    "summary_full_batch",
+    "summary_full_batch_stats",
+    "summary_every10",
+    "full",
+]
 
 
 def observer_check_cost(repeats: int) -> dict[str, float]:
@@ -179,7 +198,7 @@ def main() -> None:
     for name in CONTENDERS:
         s = result["seconds_per_step"][name]
         print(
-            f"{name:16s} median {s['median'] * 1e3:8.1f} ms  mean {s['mean'] * 1e3:8.1f} ms  "
+            f"{name:24s} median {s['median'] * 1e3:8.1f} ms  mean {s['mean'] * 1e3:8.1f} ms  "
             f"x{result['ratio_to_none'][name]:.3f}"
         )
     c = result["observer_check_seconds_per_call"]

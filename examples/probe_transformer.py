@@ -111,8 +111,9 @@ def w_v_of(model: TinyTransformer) -> dict[str, Tensor]:
     """W_V of each block (the third slice of the fused qkv projection), keyed by probe site."""
     out = {}
     for i, block in enumerate(model.blocks):
-        d = block.attn.qkv.weight.shape[1]
-        out[f"blocks.{i}.attn"] = block.attn.qkv.weight[2 * d :]
+        assert isinstance(block, Block)
+        weight = block.attn.qkv.weight
+        out[f"blocks.{i}.attn"] = weight[2 * weight.shape[1] :]
     return out
 
 

@@ -2,6 +2,7 @@
 
 import runpy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ def _qkv(b: int = 2, h: int = 3, t: int = 5, s: int = 6, e: int = 4, ev: int = 7
     return leaf(b, h, t, e), leaf(b, h, s, e), leaf(b, h, s, ev)
 
 
-def _masks(t: int = 5, s: int = 6) -> dict[str, dict[str, object]]:
+def _masks(t: int = 5, s: int = 6) -> dict[str, dict[str, Any]]:
     boolean = torch.rand(2, 1, t, s) > 0.4
     boolean[0, 0, 1] = False  # one fully masked query row: sdpa gives zero weights there
     return {
@@ -77,7 +78,7 @@ def test_attention_fully_masked_row_has_zero_output_and_finite_gradients() -> No
     out = attention(q, k, v, attn_mask=mask)
     out.sum().backward()
     assert torch.equal(out[:, :, 2], torch.zeros_like(out[:, :, 2]))
-    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))  # type: ignore[union-attr]
+    assert all(t.grad is not None and bool(torch.isfinite(t.grad).all()) for t in (q, k, v))
 
 
 def test_attention_refuses_mask_with_is_causal() -> None:
@@ -152,7 +153,7 @@ def test_probe_leaves_outputs_and_gradients_bit_identical() -> None:
         probed = model(x)
         probed.pow(2).sum().backward()
     assert torch.equal(out, probed)
-    assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters(), strict=True))
+    assert all(p.grad is not None and torch.equal(g, p.grad) for g, p in zip(grads, model.parameters(), strict=True))
 
 
 def test_probe_names_sites_and_selects_layers_and_heads() -> None:
@@ -226,7 +227,8 @@ def test_probe_errors_are_clear() -> None:
     with AttentionProbe(TinyModel()) as probe, pytest.raises(RuntimeError, match="already active"):
         AttentionProbe().__enter__()
     with AttentionProbe() as probe:
-        attention(*(t.detach() for t in _qkv()))
+        q, k, v = (t.detach() for t in _qkv())
+        attention(q, k, v)
     with pytest.raises(RuntimeError, match="no gradients"):
         probe.check_laws()
 
@@ -272,7 +274,7 @@ def test_head_probe_leaves_gradients_bit_identical() -> None:
     head.zero_grad()
     with HeadProbe(head, regime="constrained", kind="logits") as probe:
         F.cross_entropy(head(x), y).backward()
-    assert torch.equal(head.weight.grad, expected)
+    assert head.weight.grad is not None and torch.equal(head.weight.grad, expected)
     assert probe.residual(y) <= TOL
 
 
@@ -362,3 +364,44 @@ def test_law_check_is_sensitive_to_a_wrong_value() -> None:
     probe.cache["calls.0.attn.hook_v"].mul_(1.01)  # the cache holds the probe's own tensors
     laws = probe.check_laws()
     assert laws["routing_law"] > 1e-4 and laws["value_law"] <= TOL  # the value law does not involve v
+
+
+def test_summary_sub_batch_on_the_attention_function() -> None:
+    """attention() runs explicitly for the whole batch (bit-identical results); the probe reads the first n."""
+    model, x = TinyModel(), torch.randn(4, 5, 8, dtype=torch.float64)
+    out = model(x)
+    out.pow(2).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
+    model.zero_grad()
+    with AttentionProbe(model, mode="summary", summary_batch=2) as sub:
+        probed = model(x)
+        probed.pow(2).sum().backward()
+    assert torch.equal(out, probed)
+    assert all(p.grad is not None and torch.equal(g, p.grad) for g, p in zip(grads, model.parameters(), strict=True))
+    laws = sub.check_laws()
+    assert laws["routing_law"] <= TOL and laws["value_law"] <= TOL
+    with AttentionProbe(model, mode="full") as full:  # the sum loss makes each sequence's gradients its own
+        model(x[:2]).pow(2).sum().backward()
+    expected = full.summary()
+    for site, stats in sub.summary().items():
+        assert set(stats) == set(expected[site])
+        for name, value in stats.items():
+            torch.testing.assert_close(value, expected[site][name], atol=1e-12, rtol=0, msg=f"{site}.{name}")
+
+
+def test_summary_sub_batch_leaves_calls_without_a_head_dim_whole() -> None:
+    """Only 4-D (B, H, T, E) calls have a batch dim the probe splits; a 3-D call is observed whole."""
+    q, k, v = (t[:, 0] for t in _qkv(b=3))  # (B, T, E)
+    stats = []
+    for n in (1, None):
+        with AttentionProbe(mode="summary", summary_batch=n) as probe:
+            attention(q, k, v, is_causal=True).pow(2).sum().backward()
+        stats.append(probe.summary()["calls.0.attn"])
+    for name, value in stats[1].items():
+        assert torch.equal(stats[0][name], value), name
+
+
+def test_summary_batch_must_be_positive() -> None:
+    for bad in (0, -1, True):
+        with pytest.raises(ValueError, match="summary_batch"):
+            AttentionProbe(mode="summary", summary_batch=bad)

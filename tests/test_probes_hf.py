@@ -5,6 +5,7 @@ import runpy
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 TOL = 1e-10
 
 
-def gpt2(dropout: float = 0.0) -> nn.Module:
+def gpt2(dropout: float = 0.0) -> Any:  # a transformers model (untyped here)
     config = transformers.GPT2Config(
         n_layer=2,
         n_embd=16,
@@ -33,7 +34,7 @@ def gpt2(dropout: float = 0.0) -> nn.Module:
     return transformers.GPT2LMHeadModel(config).double().eval()
 
 
-def llama_gqa(dropout: float = 0.0) -> nn.Module:
+def llama_gqa(dropout: float = 0.0) -> Any:
     config = transformers.LlamaConfig(
         num_hidden_layers=2,
         hidden_size=16,
@@ -51,7 +52,7 @@ def llama_gqa(dropout: float = 0.0) -> nn.Module:
     return transformers.LlamaForCausalLM(config).double().eval()
 
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"gpt2": gpt2, "llama_gqa": llama_gqa}
+MODELS: dict[str, Callable[..., Any]] = {"gpt2": gpt2, "llama_gqa": llama_gqa}
 
 
 def _batch() -> tuple[Tensor, Tensor]:
@@ -77,11 +78,11 @@ def _step(model: nn.Module, ids: Tensor, mask: Tensor | None) -> tuple[Tensor, l
 def test_laws_hold_and_results_are_unchanged(name: str, padded: bool) -> None:
     model = MODELS[name]()
     ids, mask = _batch()
-    mask = mask if padded else None
-    logits, grads = _step(model, ids, mask)
+    used = mask if padded else None
+    logits, grads = _step(model, ids, used)
     with AttentionProbe(model) as probe:
         assert model.config._attn_implementation == "implicit_em_probe"
-        probed, probed_grads = _step(model, ids, mask)
+        probed, probed_grads = _step(model, ids, used)
     assert model.config._attn_implementation == "sdpa"  # restored
     laws = probe.check_laws()
     assert set(laws["layers"]) == {"blocks.0.attn", "blocks.1.attn"}
@@ -172,3 +173,87 @@ def test_overhead_benchmark_quick_mode_runs(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert set(result["ratio_to_none"]) == set(benchmark["CONTENDERS"])
     assert result["environment"]["threads"] >= 1 and len(result["environment"]["loadavg_before"]) == 3
+
+
+# ---- summary mode on a sub-batch: the first n sequences explicit and observed, the rest HF's sdpa -------------
+
+
+def _counting_sdpa(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Wrap F.scaled_dot_product_attention (which HF's sdpa function calls) to record each call's batch size."""
+    fused, batches = torch.nn.functional.scaled_dot_product_attention, []
+
+    def counted(query: Tensor, *args: object, **kwargs: object) -> Tensor:
+        batches.append(query.shape[0])
+        return fused(query, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counted)
+    return batches
+
+
+def _sum_step(model: nn.Module, ids: Tensor, mask: Tensor | None) -> None:
+    """A float64 LM loss summed over sequences: each sequence's gradients do not depend on the others."""
+    model.zero_grad()
+    log_p = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits, dim=-1)[:, :-1]
+    (-log_p.gather(-1, ids[:, 1:, None]).sum()).backward()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("n", [1, 2])
+def test_summary_sub_batch_keeps_results_and_laws(
+    monkeypatch: pytest.MonkeyPatch, name: str, padded: bool, n: int
+) -> None:
+    batches = _counting_sdpa(monkeypatch)
+    model = MODELS[name]()
+    ids, mask = _batch()
+    used = mask if padded else None
+    logits, grads = _step(model, ids, used)
+    batches.clear()
+    with AttentionProbe(model, mode="summary", summary_batch=n) as probe:
+        probed, probed_grads = _step(model, ids, used)
+    assert batches == [3 - n, 3 - n]  # per layer, the other sequences went through HF's sdpa
+    laws = probe.check_laws()
+    assert set(laws["layers"]) == {"blocks.0.attn", "blocks.1.attn"}
+    assert laws["routing_law"] <= TOL and laws["value_law"] <= TOL
+    torch.testing.assert_close(probed, logits, atol=1e-12, rtol=0)
+    for g, h in zip(grads, probed_grads, strict=True):
+        torch.testing.assert_close(h, g, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_summary_sub_batch_statistics_are_those_of_the_first_sequences(name: str) -> None:
+    model = MODELS[name]()
+    ids, mask = _batch()
+    with AttentionProbe(model, mode="summary", summary_batch=2) as sub:
+        _sum_step(model, ids, mask)
+    with AttentionProbe(model, mode="full") as full:
+        _sum_step(model, ids[:2], mask[:2])
+    expected = full.summary()
+    assert set(sub.summary()) == set(expected) == {"blocks.0.attn", "blocks.1.attn"}
+    for site, stats in sub.summary().items():
+        assert set(stats) == set(expected[site])
+        for stat, value in stats.items():
+            torch.testing.assert_close(value, expected[site][stat], atol=1e-12, rtol=0, msg=f"{site}.{stat}")
+
+
+def test_summary_sub_batch_with_attention_dropout() -> None:
+    model = gpt2(dropout=0.3).train()
+    ids, mask = _batch()
+    with AttentionProbe(model, mode="summary", summary_batch=1) as probe:
+        _step(model, ids, mask)
+    laws = probe.check_laws()
+    assert laws["routing_law"] <= TOL and laws["value_law"] <= TOL
+
+
+def test_summary_batch_at_least_the_batch_observes_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    batches = _counting_sdpa(monkeypatch)
+    model = llama_gqa()
+    ids, mask = _batch()
+    with AttentionProbe(model, mode="summary", summary_batch=7) as same:
+        _step(model, ids, mask)
+    with AttentionProbe(model, mode="summary", summary_batch=None) as whole:
+        _step(model, ids, mask)
+    assert batches == []
+    for site, stats in whole.summary().items():
+        for stat, value in stats.items():
+            assert torch.equal(same.summary()[site][stat], value), f"{site}.{stat}"

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implicit_em.probes import AttentionProbe
+from implicit_em.probes import AttentionProbe, _torch_mha
 
 TOL = 1e-10
 
@@ -136,3 +136,109 @@ def test_fused_fast_path_is_reported() -> None:
     x = torch.randn(2, 5, 8)
     with AttentionProbe(mha), torch.inference_mode(), pytest.warns(RuntimeWarning, match="nothing was captured"):
         mha(x, x, x, need_weights=False)
+
+
+# ---- summary mode on a sub-batch: the first n sequences explicit and observed, the rest fused ----------------
+
+
+class SdpaGQA(nn.Module):
+    """A hand-written grouped-query block: 4 query heads, 2 key/value heads, sdpa's enable_gqa."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(8, 8, dtype=torch.float64)
+        self.kv = nn.Linear(8, 8, dtype=torch.float64)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, 4, 2).transpose(1, 2)
+        k, v = self.kv(x).view(b, t, 2, 2, 2).permute(2, 0, 3, 1, 4)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return out.transpose(1, 2).reshape(b, t, 8)
+
+
+def _counting_sdpa(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Replace F.scaled_dot_product_attention by a wrapper that records the batch size of each call."""
+    fused, batches = F.scaled_dot_product_attention, []
+
+    def counted(query: Tensor, *args: object, **kwargs: object) -> Tensor:
+        batches.append(query.shape[0])
+        return fused(query, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counted)
+    return batches
+
+
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("mask", ["none", "padding", "causal", "both", "float"])
+def test_summary_sub_batch_keeps_results_and_laws(monkeypatch: pytest.MonkeyPatch, n: int, mask: str) -> None:
+    """Split call (n explicit + 3 - n fused): outputs and gradients of the unprobed model, laws on the n."""
+    batches = _counting_sdpa(monkeypatch)
+    model, x = Wrapped(True), torch.randn(3, 5, 8, dtype=torch.float64)
+    padding, attn_mask = _masks()[mask]
+    out, grads = _run(model, x, padding, attn_mask)
+    batches.clear()
+    with AttentionProbe(model, mode="summary", summary_batch=n) as probe:
+        probed, probed_grads = _run(model, x, padding, attn_mask)
+    assert batches == [3 - n]  # the other sequences went through the saved (fused) function
+    laws = probe.check_laws()
+    assert laws["routing_law"] <= TOL and laws["value_law"] <= TOL
+    torch.testing.assert_close(probed, out, atol=1e-12, rtol=0)
+    for g, h in zip(grads, probed_grads, strict=True):
+        torch.testing.assert_close(h, g, atol=1e-12, rtol=0)
+    assert not _torch_mha._saved and F.scaled_dot_product_attention.__name__ == "counted"  # patch removed
+
+
+@pytest.mark.parametrize("mask", ["padding", "both"])
+def test_summary_sub_batch_statistics_are_those_of_the_first_sequences(mask: str) -> None:
+    """With a sum loss each sequence's gradients do not depend on the others: the statistics of the first n
+    sequences of a batch equal full-mode statistics of those n sequences alone."""
+    model, x = Wrapped(True), torch.randn(3, 5, 8, dtype=torch.float64)
+    padding, attn_mask = _masks()[mask]
+    with AttentionProbe(model, mode="summary", summary_batch=2) as sub:
+        _run(model, x, padding, attn_mask)
+    with AttentionProbe(model, mode="full") as full:
+        _run(model, x[:2], None if padding is None else padding[:2], attn_mask)
+    expected, got = full.summary()["blocks.0.attn"], sub.summary()["blocks.0.attn"]
+    assert set(got) == set(expected)
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, atol=1e-12, rtol=0, msg=name)
+
+
+def test_summary_sub_batch_grouped_query_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    batches = _counting_sdpa(monkeypatch)
+    model, x = SdpaGQA(), torch.randn(4, 5, 8, dtype=torch.float64)
+    out, grads = _run(model, x)
+    batches.clear()
+    with AttentionProbe(model, sites=[""], mode="summary", summary_batch=1) as probe:
+        probed, probed_grads = _run(model, x)
+    assert batches == [3]
+    assert probe.check_laws()["routing_law"] <= TOL and probe.check_laws()["value_law"] <= TOL
+    assert probe.summary()["blocks.0.attn"]["entropy"].shape == (4,)
+    torch.testing.assert_close(probed, out, atol=1e-12, rtol=0)
+    for g, h in zip(grads, probed_grads, strict=True):
+        torch.testing.assert_close(h, g, atol=1e-12, rtol=0)
+
+
+def test_summary_batch_at_least_the_batch_observes_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    batches = _counting_sdpa(monkeypatch)
+    model, x = Wrapped(True), torch.randn(3, 5, 8, dtype=torch.float64)
+    padding, _ = _masks()["padding"]
+    with AttentionProbe(model, mode="summary", summary_batch=3) as same:
+        _run(model, x, padding, None)
+    with AttentionProbe(model, mode="summary", summary_batch=None) as whole:
+        _run(model, x, padding, None)
+    assert batches == []  # no split: the fused function was never called
+    for name, value in whole.summary()["blocks.0.attn"].items():
+        assert torch.equal(same.summary()["blocks.0.attn"][name], value), name
+
+
+def test_summary_sub_batch_every_n_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    batches = _counting_sdpa(monkeypatch)
+    model, x = Wrapped(True), torch.randn(3, 5, 8, dtype=torch.float64)
+    with AttentionProbe(model, mode="summary", every=2, summary_batch=1) as probe:
+        for _ in range(4):
+            _run(model, x, None, None)
+    assert batches == [2, 3, 2, 3]  # captured steps split 1 + 2; skipped steps run the fused kernel whole
+    assert probe.calls_at("blocks.0.attn") == 2
+    assert probe.check_laws()["routing_law"] <= TOL

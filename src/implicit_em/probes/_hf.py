@@ -7,7 +7,10 @@ mutates the config object shared by the model's submodules; the previous impleme
 
 The function receives query (B, H, T, D), key and value (B, Hkv, S, D), the mask, ``scaling`` and ``dropout``,
 and returns (output (B, T, H, D), weights). Grouped-query attention repeats keys and values to the query heads
-as HF's ``repeat_kv`` does; calls outside a captured step go to HF's own sdpa function.
+as HF's ``repeat_kv`` does; calls outside a captured step go to HF's own sdpa function. When the probe observes
+a sub-batch (summary mode, ``summary_batch``), the first n sequences take the explicit path and the other B - n
+HF's sdpa function (the mask sliced along the batch when its dim 0 is the batch), concatenated along the batch;
+the weights returned are then None, as HF's sdpa returns.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from implicit_em.probes.attention import active_observer, attend
+from implicit_em.probes.attention import active_observer, attend, split_mask
 
 NAME = "implicit_em_probe"
 
@@ -68,6 +71,37 @@ def probe_attention_forward(
         )
     if kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
         raise ValueError(f"{site}: the attention probe does not support softcap or position_bias")
+    n = observer.sub_batch(query, key, value)
+    if n is None:
+        return _explicit(module, query, key, value, attention_mask, dropout, scaling, is_causal, site)
+    head_mask, tail_mask = split_mask(attention_mask, n, query.shape[0])
+    head = _explicit(module, query[:n], key[:n], value[:n], head_mask, dropout, scaling, is_causal, site)[0]
+    tail = sdpa_attention_forward(
+        module,
+        query[n:],
+        key[n:],
+        value[n:],
+        tail_mask,
+        dropout=dropout,
+        scaling=scaling,
+        is_causal=is_causal,
+        **kwargs,
+    )[0]
+    return torch.cat((head, tail)), None  # (B, T, H, D); HF's sdpa returns no weights either
+
+
+def _explicit(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    dropout: float,
+    scaling: float | None,
+    is_causal: bool | None,
+    site: str | None,
+) -> tuple[Tensor, Tensor]:
+    """The observed explicit attention; returns (output (B, T, H, D), post-dropout weights (B, H, T, S))."""
     n_rep = getattr(module, "num_key_value_groups", 1)
     key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)  # (B, H, S, D)
     causal = False

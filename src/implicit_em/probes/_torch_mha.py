@@ -7,6 +7,10 @@ so that the probe can see it. ``nn.MultiheadAttention`` converts its boolean mas
 inverse of sdpa) to additive float masks before it calls sdpa, so the patched function only ever sees sdpa's
 conventions. A module that bound the function at import time (``from torch.nn.functional import
 scaled_dot_product_attention``) is out of reach; the probe warns when a probed forward captured nothing.
+
+When the probe observes a sub-batch (summary mode, ``summary_batch``), only the first n sequences of a 4-D call
+take the explicit path; the other B - n go through the function the patch replaced (the fused kernel), with the
+same arguments (a mask is sliced along the batch when its dim 0 is the batch), and the outputs are concatenated.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implicit_em.probes.attention import attend
+from implicit_em.probes.attention import active_observer, attend, split_mask
 
 if TYPE_CHECKING:
     from implicit_em.probes.capture import AttentionProbe
@@ -36,12 +40,38 @@ def _probe_sdpa(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> Tensor:
-    """sdpa's signature, computed by :func:`implicit_em.probes.attention.attend` (the probe observes it)."""
+    """sdpa's signature, computed by :func:`implicit_em.probes.attention.attend` (the probe observes it).
+
+    With a sub-batch to observe, the first n sequences are computed explicitly and the rest by the replaced
+    (fused) function; the outputs are concatenated along the batch.
+    """
+    observer = active_observer()
+    n = observer.sub_batch(query, key, value) if observer is not None else None
+    if n is None:
+        return attend(query, *_repeat_kv(query, key, value, enable_gqa), attn_mask, dropout_p, is_causal, scale)[0]
+    head_mask, tail_mask = split_mask(attn_mask, n, query.shape[0])
+    head_kv = _repeat_kv(query, key[:n], value[:n], enable_gqa)
+    head = attend(query[:n], *head_kv, head_mask, dropout_p, is_causal, scale)[0]
+    gqa = {"enable_gqa": True} if enable_gqa else {}
+    tail = _fused()(query[n:], key[n:], value[n:], tail_mask, dropout_p, is_causal, scale=scale, **gqa)
+    return torch.cat((head, tail))
+
+
+def _repeat_kv(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) -> tuple[Tensor, Tensor]:
+    """Keys and values repeated to the query heads, as sdpa's ``enable_gqa`` does."""
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         repeats = query.shape[-3] // key.shape[-3]
         key = key.repeat_interleave(repeats, dim=-3)
         value = value.repeat_interleave(repeats, dim=-3)
-    return attend(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]
+    return key, value
+
+
+def _fused() -> Any:
+    """The sdpa the patch replaced (the innermost saved one that is not the probe's)."""
+    for fn in reversed(_saved):
+        if fn is not _probe_sdpa:
+            return fn
+    return torch._C._nn.scaled_dot_product_attention
 
 
 def _patch() -> None:

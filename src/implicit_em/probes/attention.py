@@ -41,6 +41,8 @@ class AttentionObserver(Protocol):
 
     def capturing(self, site: str | None) -> bool: ...
 
+    def sub_batch(self, query: Tensor, key: Tensor, value: Tensor) -> int | None: ...
+
 
 # The active probe, if any. Set and cleared only by AttentionProbe.__enter__/__exit__.
 _OBSERVER: AttentionObserver | None = None
@@ -100,6 +102,17 @@ def dropout_keep(weights: Tensor, dropout_p: float) -> Tensor:
     if not 0.0 < dropout_p < 1.0:
         raise ValueError(f"dropout_p must lie in (0, 1) to draw a dropout mask, got {dropout_p}")
     return torch.empty_like(weights).bernoulli_(1.0 - dropout_p).div_(1.0 - dropout_p)
+
+
+def split_mask(attn_mask: Tensor | None, n: int, batch: int) -> tuple[Tensor | None, Tensor | None]:
+    """An sdpa mask for the first ``n`` and the other ``batch - n`` sequences of 4-D (B, H, T, E) attention.
+
+    Only a 4-D mask whose dim 0 is the batch is sliced (views, no copy); a mask that broadcasts over the batch
+    (dim 0 of size 1, or fewer than 4 dims) goes to both parts unchanged.
+    """
+    if attn_mask is None or attn_mask.dim() != 4 or attn_mask.shape[0] != batch:
+        return attn_mask, attn_mask
+    return attn_mask[:n], attn_mask[n:]
 
 
 def attend(

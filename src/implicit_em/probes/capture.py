@@ -13,6 +13,10 @@ three ways:
 
 Gradients are read by tensor hooks on the output, the scores and the values; a call is *committed* when its
 output gradient arrives, so the extra forward of activation checkpointing leaves no stray record.
+
+Summary mode observes a sub-batch (``summary_batch``, the first 2 sequences by default): the adapters send only
+those sequences through the explicit attention and the rest of the batch through the model's own fused kernel,
+concatenating the outputs along the batch, so a captured step costs little more than an unprobed one.
 """
 
 from __future__ import annotations
@@ -45,15 +49,16 @@ FULL_KEYS = {
     "hook_attn_scores_grad": "dl/ds (B, H, T, S)",
     "hook_v_grad": "dl/dv (B, H, S, Dv)",
 }
-#: Summary-mode cache keys per site, each a (H,) tensor for the last sampled step.
+#: Summary-mode cache keys per site, each a (H,) tensor for the last sampled step, computed on the observed
+#: sequences (the first ``summary_batch`` of the batch; all of them with ``summary_batch=None``).
 SUMMARY_KEYS = {
-    "entropy": "mean attention entropy over valid query rows (nats)",
-    "max_weight": "mean of max_j alpha_ij over valid query rows",
-    "upstream_norm": "||u|| over the batch",
-    "score_grad_norm": "||dl/ds|| over the batch",
-    "value_grad_norm": "||dl/dv|| over the batch",
-    "routing_law": "max |dl/ds - routing law| (with laws=True)",
-    "value_law": "max |dl/dv - value law| (with laws=True)",
+    "entropy": "mean attention entropy over valid query rows of the observed sequences (nats)",
+    "max_weight": "mean of max_j alpha_ij over valid query rows of the observed sequences",
+    "upstream_norm": "||u|| over the observed sequences",
+    "score_grad_norm": "||dl/ds|| over the observed sequences",
+    "value_grad_norm": "||dl/dv|| over the observed sequences",
+    "routing_law": "max |dl/ds - routing law| over the observed sequences (with laws=True)",
+    "value_law": "max |dl/dv - value law| over the observed sequences (with laws=True)",
 }
 
 
@@ -74,6 +79,7 @@ class _Record:
     step: int
     scale: float
     masked: bool = False  # an attn_mask was given: some query rows may have no key
+    rows: int | None = None  # observe only the first `rows` entries of dim 0 (the batch); None: all
     fwd: dict[str, Tensor] = field(default_factory=dict)
     grad: dict[str, Tensor] = field(default_factory=dict)
     expect: set[str] = field(default_factory=set)
@@ -105,6 +111,15 @@ class AttentionProbe:
             kernel untouched).
         laws: in summary mode, also compute the law residuals (costs about one attention backward).
         sites: explicit module names to probe instead of the automatic discovery.
+        summary_batch: in summary mode, observe only the first ``summary_batch`` sequences of each captured
+            call (dim 0 of 4-D (B, H, T, E) attention inputs; calls with fewer dims are observed whole).
+            Through the ``F.scaled_dot_product_attention`` and Hugging Face adapters those sequences run the
+            explicit attention and the other B - n the model's own fused kernel, concatenated along the batch:
+            outputs and gradients stay those of the model for every sequence, and the statistics and law
+            residuals are those of the first n sequences (an estimate of the batch's per-head statistics; the
+            laws are exact identities, checked on them). ``attention()`` calls run explicitly for the whole
+            batch as always; only what the probe reads is restricted. ``None`` observes the whole batch. Full
+            mode always observes the whole batch.
     """
 
     def __init__(
@@ -116,15 +131,19 @@ class AttentionProbe:
         every: int = 1,
         laws: bool = True,
         sites: Sequence[str] | None = None,
+        summary_batch: int | None = 2,
     ) -> None:
         if mode not in ("full", "summary"):
             raise ValueError(f"mode must be 'full' or 'summary', got {mode!r}")
         if every < 1:
             raise ValueError(f"every must be a positive integer, got {every}")
+        if summary_batch is not None and (isinstance(summary_batch, bool) or summary_batch < 1):
+            raise ValueError(f"summary_batch must be a positive integer or None, got {summary_batch!r}")
         self.model = model
         self.mode: Mode = mode
         self.every = every
         self.laws = laws
+        self.summary_batch = summary_batch if mode == "summary" else None  # full mode observes the whole batch
         self.heads = None if heads is None else torch.as_tensor(list(heads), dtype=torch.long)
         self.step = 0
         self.sites: dict[str, str] = {}  # site name -> module name
@@ -244,6 +263,18 @@ class AttentionProbe:
     def capturing(self, site: str | None) -> bool:
         return self._active and site is not None and self.sampled
 
+    def sub_batch(self, query: Tensor, key: Tensor, value: Tensor) -> int | None:
+        """How many leading sequences of a captured call to observe, or None for the whole call.
+
+        A number n only when the probe observes a sub-batch (summary mode, ``summary_batch`` set), query, key
+        and value are 4-D (B, H, T, E) with the same batch B, and n < B. Adapters then split the call.
+        """
+        n = self.summary_batch
+        if n is None or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+            return None
+        batch = query.shape[0]
+        return n if n < batch and key.shape[0] == batch and value.shape[0] == batch else None
+
     def calls_at(self, site: str) -> int:
         """How many calls the probe has recorded at ``site`` (adapters use it to notice a missed capture)."""
         return self._site_calls.get(site, 0)
@@ -280,7 +311,6 @@ class AttentionProbe:
             return
         assert site is not None
         self._site_calls[site] = self._site_calls.get(site, 0) + 1
-        record = _Record(site=site, step=self.step, scale=scale, masked=masked)
         a4, v4 = _as4d(weights), _as4d(value)
         if v4.shape[:2] != a4.shape[:2]:
             raise ValueError(
@@ -288,12 +318,15 @@ class AttentionProbe:
                 f"{tuple(value.shape)} for weights {tuple(weights.shape)}; expand them (repeat_kv for grouped-query "
                 "attention)"
             )
+        n = self.summary_batch
+        rows = n if n is not None and weights.dim() == 4 and n < a4.shape[0] else None  # a sub-batch of a 4-D call
+        record = _Record(site=site, step=self.step, scale=scale, masked=masked, rows=rows)
         fwd = {"hook_pattern": a4, "hook_v": v4}
         if keep is not None:
             fwd["hook_dropout_keep"] = _as4d(keep)
         if self.mode == "full":
             fwd.update(hook_q=_as4d(query), hook_k=_as4d(key), hook_attn_scores=_as4d(scores), hook_z=_as4d(output))
-        record.fwd = {name: self._select(t.detach()) for name, t in fwd.items()}
+        record.fwd = {name: self._select(_rows(t.detach(), rows)) for name, t in fwd.items()}
         for name, tensor in (("hook_z", output), ("hook_attn_scores", scores), ("hook_v", value)):
             if tensor.requires_grad:
                 record.expect.add(name)
@@ -307,7 +340,7 @@ class AttentionProbe:
 
     def _grad_hook(self, record: _Record, name: str) -> Callable[[Tensor], None]:
         def hook(grad: Tensor) -> None:
-            grad4 = self._select(_as4d(grad))
+            grad4 = self._select(_rows(_as4d(grad), record.rows))
             # autograd may reuse its buffers: full mode keeps its own copy (index_select already copied)
             record.grad[name] = grad4.clone() if self.mode == "full" and self.heads is None else grad4
             if name == "hook_z":  # the output gradient arrives first: this call is on the backward path
@@ -387,6 +420,11 @@ class AttentionProbe:
                 result[law] = max(values)
         result["layers"] = per_layer
         return result
+
+
+def _rows(x: Tensor, rows: int | None) -> Tensor:
+    """The first ``rows`` entries of dim 0 (a view), or ``x`` itself."""
+    return x if rows is None else x[:rows]
 
 
 def _site_order(site: str) -> tuple[str, int]:
