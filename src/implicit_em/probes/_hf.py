@@ -75,12 +75,14 @@ def probe_attention_forward(
     if n is None:
         return _explicit(module, query, key, value, attention_mask, dropout, scaling, is_causal, site)
     head_mask, tail_mask = split_mask(attention_mask, n, query.shape[0])
-    head = _explicit(module, query[:n], key[:n], value[:n], head_mask, dropout, scaling, is_causal, site)[0]
+    # split (not two slices): its backward concatenates the two gradients instead of adding zero-padded ones
+    (q0, q1), (k0, k1), (v0, v1) = (x.split([n, x.shape[0] - n]) for x in (query, key, value))
+    head = _explicit(module, q0, k0, v0, head_mask, dropout, scaling, is_causal, site)[0]
     tail = sdpa_attention_forward(
         module,
-        query[n:],
-        key[n:],
-        value[n:],
+        q1,
+        k1,
+        v1,
         tail_mask,
         dropout=dropout,
         scaling=scaling,

@@ -50,10 +50,11 @@ def _probe_sdpa(
     if n is None:
         return attend(query, *_repeat_kv(query, key, value, enable_gqa), attn_mask, dropout_p, is_causal, scale)[0]
     head_mask, tail_mask = split_mask(attn_mask, n, query.shape[0])
-    head_kv = _repeat_kv(query, key[:n], value[:n], enable_gqa)
-    head = attend(query[:n], *head_kv, head_mask, dropout_p, is_causal, scale)[0]
+    # split (not two slices): its backward concatenates the two gradients instead of adding zero-padded ones
+    (q0, q1), (k0, k1), (v0, v1) = (x.split([n, x.shape[0] - n]) for x in (query, key, value))
+    head = attend(q0, *_repeat_kv(q0, k0, v0, enable_gqa), head_mask, dropout_p, is_causal, scale)[0]
     gqa = {"enable_gqa": True} if enable_gqa else {}
-    tail = _fused()(query[n:], key[n:], value[n:], tail_mask, dropout_p, is_causal, scale=scale, **gqa)
+    tail = _fused()(q1, k1, v1, tail_mask, dropout_p, is_causal, scale=scale, **gqa)
     return torch.cat((head, tail))
 
 
