@@ -9,7 +9,13 @@ import torch
 
 from implicit_em.windtunnel.__main__ import main
 from implicit_em.windtunnel.tasks import BijectionTask, HMMFilteringTask
-from implicit_em.windtunnel.train import WindTunnelConfig, learning_rate, train, windtunnel_loss
+from implicit_em.windtunnel.train import (
+    WindTunnelConfig,
+    learning_rate,
+    resolve_device,
+    train,
+    windtunnel_loss,
+)
 
 
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -153,3 +159,10 @@ def test_cli_summarize_collects_final_numbers(tmp_path: Path, capsys: pytest.Cap
     summary = json.loads((tmp_path / "s.json").read_text())["run"]
     assert summary["steps_done"] == 4 and "curves" not in summary["final"]["eval"]
     assert summary["final"]["eval"]["kl"] >= 0 and summary["oracle"]["no_context_entropy_mae"] > 0
+
+
+def test_device_auto_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    result = train(WindTunnelConfig.tiny(steps=3, device="auto"), tmp_path, progress=False)
+    assert result.extra["device"] == "cpu"

@@ -58,7 +58,16 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
     """The small summary of a run directory: config, final metrics without curves, timing, load, oracle."""
     m = json.loads((run_dir / "metrics.json").read_text())
     final = {name: {k: v for k, v in f.items() if k != "curves"} for name, f in m["final"].items()}
-    keep = ("n_params", "reference_transformer_params", "steps_done", "complete", "wall_s", "cpu_s", "threads")
+    keep = (
+        "n_params",
+        "reference_transformer_params",
+        "steps_done",
+        "complete",
+        "wall_s",
+        "cpu_s",
+        "threads",
+        "device",
+    )
     out = {"config": m["config"], "final": final, **{k: m.get(k) for k in keep}}
     out.update(oracle=m.get("oracle"), loadavg_start=m.get("loadavg_start"), loadavg_end=m.get("loadavg_end"))
     out["versions"] = m.get("versions")

@@ -72,6 +72,7 @@ class WindTunnelConfig:
     eval_seed: int = 12345  # the evaluation set is the same for every training seed
     checkpoint_every: int = 500
     threads: int | None = None  # torch.set_num_threads in the training process (None: leave as is)
+    device: str = "auto"  # "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -207,12 +208,27 @@ def evaluate(model: nn.Module, batch: Batch, loss: str, chunk: int = 512) -> Win
     """Metrics of ``model`` on a fixed batch against its exact posterior."""
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
     probs = []
     for i in range(0, batch.tokens.shape[0], chunk):
-        logits = model(batch.tokens[i : i + chunk])[:, batch.positions]  # (b, P, C)
-        probs.append(predictive(logits.double(), loss))
+        logits = model(batch.tokens[i : i + chunk].to(device))[:, batch.positions.to(device)]  # (b, P, C)
+        probs.append(predictive(logits.double(), loss).cpu())
     model.train(was_training)
     return evaluate_predictions(torch.cat(probs), batch.posterior)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is cuda when available, else cpu; anything else is passed to :class:`torch.device`."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _to_device(batch: Batch, device: torch.device) -> Batch:
+    if device.type == "cpu":
+        return batch
+    labels = batch.labels.to(device) if batch.labels is not None else None
+    return Batch(batch.tokens.to(device), batch.positions.to(device), batch.posterior.to(device), labels)
 
 
 def _eval_sets(config: WindTunnelConfig, evals: dict[str, Task]) -> dict[str, Batch]:
@@ -294,6 +310,8 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
     run_path = Path(run_dir) if run_dir is not None else None
     task, evals = build_tasks(config)
     model, reference_params = build_model(config, task, _max_len(evals))
+    device = resolve_device(config.device)
+    model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     generator = torch.Generator().manual_seed(config.seed)
     eval_batches = _eval_sets(config, evals)
@@ -306,8 +324,8 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
         run_path.mkdir(parents=True, exist_ok=True)
         config_path = run_path / "config.json"
         if ckpt_path is not None and ckpt_path.exists():
-            state = torch.load(ckpt_path, weights_only=False)
-            if state["config"] != config.to_dict():
+            state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
+            if WindTunnelConfig.from_dict(state["config"]) != config:  # fields added later take defaults
                 raise ValueError(f"{ckpt_path} was written by a different configuration; use a fresh run_dir")
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
@@ -343,7 +361,7 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
             lr = learning_rate(step, config)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            batch = task.sample(config.batch_size, generator)
+            batch = _to_device(task.sample(config.batch_size, generator), device)
             logits = model(batch.tokens)[:, batch.positions]  # (B, P, C)
             loss = windtunnel_loss(logits, batch, config.loss)
             optimizer.zero_grad(set_to_none=True)
@@ -394,6 +412,7 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
         "wall_s": elapsed,
         "cpu_s": cpu,
         "threads": torch.get_num_threads(),
+        "device": str(device),
         "loadavg_start": list(load_start),
         "loadavg_end": list(os.getloadavg()),
         "versions": _versions(),
