@@ -93,7 +93,7 @@ class WindTunnelConfig:
         task = overrides.get("task", cls.task)
         base: dict[str, Any] = {"steps": 20000, "batch_size": 64, "lr": 1e-3, "eval_every": 2000}
         if task == "hmm":
-            base.update(steps=12000, batch_size=32, n_layers=3, eval_size=1024)
+            base.update(steps=5000, batch_size=32, n_layers=3, eval_every=1000, eval_size=1024)
         base.update(overrides)
         return cls(**base)
 
