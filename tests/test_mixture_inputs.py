@@ -18,8 +18,9 @@ def _x(n: int = 200, d: int = 3, seed: int = 0) -> np.ndarray:
 
 
 def _finite(gm: GaussianMixture) -> bool:
-    return all(np.isfinite(getattr(gm, a)).all() for a in ("weights_", "means_", "covariances_",
-                                                             "precisions_cholesky_"))
+    return all(
+        np.isfinite(getattr(gm, a)).all() for a in ("weights_", "means_", "covariances_", "precisions_cholesky_")
+    )
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -28,7 +29,7 @@ def test_non_finite_rows_raise(bad: float, kind: str) -> None:
     x = _x()
     x[5, 1] = bad
     data = torch.from_numpy(x) if kind == "torch" else x
-    with pytest.raises(ValueError, match="NaN|inf"):
+    with pytest.raises(ValueError, match=r"NaN|inf"):
         GaussianMixture(2).fit(data)
 
 
@@ -64,8 +65,15 @@ def test_wrong_n_features_at_predict_raises(kind: str) -> None:
 
 @pytest.mark.parametrize(
     ("param", "value"),
-    [("covariance_type", "banana"), ("fitter", "sgd"), ("n_components", 0), ("init_params", "x"), ("tol", -1.0),
-     ("optimizer", "lbfgs"), ("batch_size", 0)],
+    [
+        ("covariance_type", "banana"),
+        ("fitter", "sgd"),
+        ("n_components", 0),
+        ("init_params", "x"),
+        ("tol", -1.0),
+        ("optimizer", "lbfgs"),
+        ("batch_size", 0),
+    ],
 )
 def test_bad_parameters_name_the_parameter(param: str, value: object) -> None:
     with pytest.raises(ValueError, match=param):
@@ -135,8 +143,11 @@ _EXPECTED_FAILED = {
 
 
 @parametrize_with_checks(
-    [GaussianMixture(random_state=0), GaussianMixture(fitter="online_em", random_state=0, max_iter=20),
-     GaussianMixture(fitter="gd", random_state=0, max_iter=20)],
+    [
+        GaussianMixture(random_state=0),
+        GaussianMixture(fitter="online_em", random_state=0, max_iter=20),
+        GaussianMixture(fitter="gd", random_state=0, max_iter=20),
+    ],
     expected_failed_checks=lambda est: _EXPECTED_FAILED,
 )
 def test_sklearn_estimator_checks(estimator: GaussianMixture, check: object) -> None:

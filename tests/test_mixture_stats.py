@@ -35,8 +35,12 @@ def _random_params(cov_type: str, k: int = 3, d: int = 4, seed: int = 0) -> _sta
 def _full_cov(p: _stats.MixtureParams, cov_type: str, j: int) -> np.ndarray:
     d = p.means.shape[1]
     c = p.covariances.numpy()
-    return {"full": c[j] if c.ndim == 3 else c, "tied": c, "diag": np.diag(c[j]) if c.ndim == 2 else c,
-            "spherical": c[j] * np.eye(d)}[cov_type]
+    return {
+        "full": c[j] if c.ndim == 3 else c,
+        "tied": c,
+        "diag": np.diag(c[j]) if c.ndim == 2 else c,
+        "spherical": c[j] * np.eye(d),
+    }[cov_type]
 
 
 def test_quadratic_features_are_the_upper_triangle_products() -> None:
@@ -52,8 +56,13 @@ def test_score_matrix_matches_scipy_logpdf(cov_type: str) -> None:
     shift = x.mean(0)
     got = _stats.weighted_log_prob(x, _stats.score_matrix(p, cov_type, shift), shift)
     ref = np.stack(
-        [np.log(p.weights[j].item()) + multivariate_normal(p.means[j].numpy(), _full_cov(p, cov_type, j)).logpdf(
-            x.numpy()) for j in range(3)], axis=1)
+        [
+            np.log(p.weights[j].item())
+            + multivariate_normal(p.means[j].numpy(), _full_cov(p, cov_type, j)).logpdf(x.numpy())
+            for j in range(3)
+        ],
+        axis=1,
+    )
     assert_close(got, torch.from_numpy(ref), rtol=1e-10, atol=1e-10)
 
 
@@ -63,8 +72,9 @@ def test_scoring_path_equals_gaussian_components_energies(cov_type: str) -> None
     x = torch.randn(40, 4, dtype=torch.float64)
     comps = GaussianComponents.from_precisions_cholesky(p.means, p.precisions_cholesky, cov_type)  # type: ignore[arg-type]
     energies = comps(x).energy
-    ours = _stats.weighted_log_prob(x, _stats.score_matrix(p, cov_type, torch.zeros(4, dtype=torch.float64)),
-                                    torch.zeros(4, dtype=torch.float64))
+    ours = _stats.weighted_log_prob(
+        x, _stats.score_matrix(p, cov_type, torch.zeros(4, dtype=torch.float64)), torch.zeros(4, dtype=torch.float64)
+    )
     assert_close(ours, torch.log(p.weights) - energies, rtol=1e-10, atol=1e-10)
     w = comps.whitening()
     assert_close(-gaussian_energies(x, p.means, w, cov_type), ours - torch.log(p.weights), rtol=1e-10, atol=1e-10)
@@ -84,7 +94,7 @@ def test_float32_log_likelihood_is_close_to_float64() -> None:
     # float32 on shifted quadratic features: the error per sample is a few 1e-5 nats at D = 16 (measured
     # ~1e-5); 1e-3 leaves room for other BLAS builds.
     p = _random_params("full", k=8, d=16, seed=3)
-    x = (torch.randn(4000, 16, dtype=torch.float64) * 2 + 5)
+    x = torch.randn(4000, 16, dtype=torch.float64) * 2 + 5
     shift = x.mean(0)
     a = _stats.score_matrix(p, "full", shift)
     ll64 = torch.logsumexp(_stats.weighted_log_prob(x, a, shift), 1)
@@ -125,8 +135,9 @@ def test_precision_cholesky_round_trips(k: int, d: int, cov_type: str, seed: int
     prec = lam if cov_type == "full" else lam[0] if cov_type == "tied" else torch.diagonal(lam, dim1=-2, dim2=-1)
     if cov_type == "spherical":
         prec = prec[:, 0]
-    assert_close(_stats.precision_cholesky_from_precisions(prec, cov_type), p.precisions_cholesky, rtol=1e-9,
-                 atol=1e-10)
+    assert_close(
+        _stats.precision_cholesky_from_precisions(prec, cov_type), p.precisions_cholesky, rtol=1e-9, atol=1e-10
+    )
 
 
 def test_singular_covariance_gets_a_ridge_and_a_warning() -> None:

@@ -42,9 +42,7 @@ def check_batch(x: Tensor, n_features: int | None) -> None:
 class DataSource:
     """A uniform view of X for the fitters (see module docstring)."""
 
-    def __init__(
-        self, x: Any, device: torch.device, dtype: torch.dtype, n_features: int | None = None
-    ) -> None:
+    def __init__(self, x: Any, device: torch.device, dtype: torch.dtype, n_features: int | None = None) -> None:
         self.device = device
         self.dtype = dtype
         self.kind: str
@@ -63,9 +61,7 @@ class DataSource:
                 )
             self.kind, self._data = "iterable", x
         else:
-            raise ValueError(
-                f"X must be an array, a tensor, a memmap or an iterable of batches, got {type(x)}"
-            )
+            raise ValueError(f"X must be an array, a tensor, a memmap or an iterable of batches, got {type(x)}")
         self.n_samples: int | None = None
         self.n_features = n_features
         if self.kind != "iterable":
@@ -78,6 +74,11 @@ class DataSource:
             self.n_samples = int(self._data.shape[0])
             check_batch(self._chunk(0, 0), n_features)  # shape and dtype, no values read
             self.n_features = int(self._data.shape[1])
+        self._checked = False
+        if self.kind == "tensor":  # convert and check once, not in every pass
+            self._data = self._data.to(device=device, dtype=dtype)
+            check_batch(self._data, n_features)
+            self._checked = True
 
     def _chunk(self, start: int, stop: int) -> Tensor:
         part = self._data[start:stop]
@@ -105,6 +106,7 @@ class DataSource:
             self.n_samples = seen
             return
         n = int(self.n_samples or 0)
+        check = check and not self._checked
         starts = torch.arange(0, n, batch_size)
         if generator is not None and self.kind == "tensor":
             perm = torch.randperm(n, generator=generator).to(self._data.device)
@@ -128,11 +130,7 @@ class DataSource:
             return self._chunk(0, int(self.n_samples or 0))
         if self.kind != "iterable":
             idx = np.sort(rng.choice(int(self.n_samples or 0), size=max_rows, replace=False))
-            rows = (
-                self._data[torch.from_numpy(idx)]
-                if self.kind == "tensor"
-                else torch.from_numpy(self._data[idx])
-            )
+            rows = self._data[torch.from_numpy(idx)] if self.kind == "tensor" else torch.from_numpy(self._data[idx])
             return rows.to(device=self.device, dtype=self.dtype)
         # keys from a generator seeded by rng's state without drawing from rng: a stream that fits in max_rows
         # then leaves rng exactly where an in-memory array leaves it, so the k-means start is the same

@@ -77,9 +77,7 @@ def quadratic_features(x: Tensor) -> Tensor:
     return out
 
 
-def full_precisions(
-    precisions_cholesky: Tensor, covariance_type: str, n_components: int, n_features: int
-) -> Tensor:
+def full_precisions(precisions_cholesky: Tensor, covariance_type: str, n_components: int, n_features: int) -> Tensor:
     """Λ_j = U_j U_jᵀ as (K, D, D) matrices for any covariance type (U = precisions_cholesky)."""
     u = precisions_cholesky
     if covariance_type == "full":

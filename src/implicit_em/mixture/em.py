@@ -44,9 +44,7 @@ class FitResult(NamedTuple):
     interrupted: bool
 
 
-def full_pass(
-    data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor, batch_size: int
-) -> Summary:
+def full_pass(data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor, batch_size: int) -> Summary:
     """One E-step over all the data: the summed statistics (float64) and the summed log-likelihood."""
     a = score_matrix(params, covariance_type, shift).to(data.dtype)
     total: Summary | None = None

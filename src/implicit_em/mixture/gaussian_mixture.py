@@ -27,6 +27,7 @@ from implicit_em.mixture.em import FitResult, fit_em
 from implicit_em.mixture.gd import GDState, fit_gd, gd_step, make_state, state_params
 from implicit_em.mixture.init import INIT_PARAMS, initial_assignment
 from implicit_em.mixture.online_em import OnlineState, fit_online_em, init_state, online_step
+from implicit_em.mixture.split_merge import fit_split_merge
 
 FITTERS = ("em", "online_em", "gd")
 _INIT_SAMPLE = 200_000  # rows k-means sees when N is larger (or X is an iterable: one pass draws them)
@@ -58,6 +59,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     - volume: keep the log-det term (True); False gives the distance-only objective ("gd" only): collapse;
     - batch_size: mini-batch rows for "online_em"/"gd" (default 4096); chunk rows for "em";
     - learning_rate, optimizer ("adam" or "sgd"): for "gd";
+    - split_merge: after "em" or "online_em" converge, try up to this many split-and-merge moves (merge the two
+      most overlapping components, split the least Gaussian one, rerun EM, keep it if the likelihood rises;
+      ``split_merge.py``). Default 4; 0 gives exactly sklearn's result (moves run only after convergence);
     - device, dtype: where and in what precision to compute (default: X's device and float dtype).
 
     ``max_iter`` counts EM iterations, or epochs for "online_em" and "gd". X may be a numpy array, a torch
@@ -67,6 +71,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     precisions_cholesky_, converged_, n_iter_, lower_bound_, n_features_in_, and history_: a list of dicts
     (per EM iteration or epoch) with the mean train log-likelihood, seconds and component usage.
     """
+
+    n_features_in_: int
+    _shift: Tensor  # the data mean the quadratic features are centred on (float64)
+    _scale: float  # the scalar data scale gradient descent standardises by
 
     def __init__(
         self,
@@ -90,6 +98,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         batch_size: int | None = None,
         learning_rate: float = 0.01,
         optimizer: str = "adam",
+        split_merge: int = 4,
         device: Any = None,
         dtype: Any = None,
     ) -> None:
@@ -112,6 +121,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.optimizer = optimizer
+        self.split_merge = split_merge
         self.device = device
         self.dtype = dtype
 
@@ -138,6 +148,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 "None or >= 1",
             ),
             (isinstance(self.learning_rate, int | float) and self.learning_rate > 0, "learning_rate", "> 0"),
+            (isinstance(self.split_merge, int | np.integer) and self.split_merge >= 0, "split_merge", ">= 0"),
         ]
         for ok, name, what in checks:
             if not ok:
@@ -197,15 +208,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         best: FitResult | None = None
         best_history: list[dict[str, Any]] = []
         for _ in range(self.n_init if do_init else 1):
-            params = (
-                self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
-            )
+            params = self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
             history: list[dict[str, Any]] = []
             if generator is None:  # drawn after the first start, so "em" draws exactly what sklearn draws
-                generator = torch.Generator().manual_seed(
-                    int(rng.randint(2**31 - 1)) if self.fitter != "em" else 0
-                )
+                generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)) if self.fitter != "em" else 0)
             result = self._run_fitter(data, params, shift, scale, generator, history)
+            if self.split_merge > 0 and self.fitter != "gd" and result.converged and not result.interrupted:
+                result = self._split_merge(data, result, rng, shift, history)
             if best is None or result.lower_bound > best.lower_bound or result.interrupted:
                 best, best_history = result, history
             if result.interrupted:
@@ -251,20 +260,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 summary = part if summary is None else summary + part
             assert summary is not None
             with warnings.catch_warnings():
-                warnings.simplefilter(
-                    "ignore", RuntimeWarning
-                )  # floor for empty k-means clusters is expected
-                params = _stats.from_summaries(
-                    summary, shift, self.reg_covar, self.covariance_type, data.dtype
-                )
-            weights = (
-                summary.nk + 10 * torch.finfo(torch.float64).eps
-            ) / summary.n  # sklearn: nk / n_samples
-            if (
-                self.covariance_type == "tied"
-                and assign.labels is not None
-                and bool((assign.labels < 0).any())
-            ):
+                warnings.simplefilter("ignore", RuntimeWarning)  # floor for empty k-means clusters is expected
+                params = _stats.from_summaries(summary, shift, self.reg_covar, self.covariance_type, data.dtype)
+            weights = (summary.nk + 10 * torch.finfo(torch.float64).eps) / summary.n  # sklearn: nk / n_samples
+            if self.covariance_type == "tied" and assign.labels is not None and bool((assign.labels < 0).any()):
                 params = params._replace(**_sklearn_tied_init(x, params.means, summary.nk, self.reg_covar))
             params = params._replace(weights=weights.to(data.dtype))
         return self._apply_user_init(params, k, d, data.dtype, data.device)
@@ -278,12 +277,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         shapes = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}
         if self.weights_init is not None:
             w = as_t(self.weights_init)
-            if (
-                w.shape != (k,)
-                or bool((w < 0).any())
-                or bool((w > 1).any())
-                or abs(float(w.sum()) - 1) > 1e-6
-            ):
+            if w.shape != (k,) or bool((w < 0).any()) or bool((w > 1).any()) or abs(float(w.sum()) - 1) > 1e-6:
                 raise ValueError(f"weights_init must have shape ({k},), lie in [0, 1] and sum to 1, got {w}")
         else:
             assert params is not None
@@ -301,9 +295,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 raise ValueError(
                     f"precisions_init must have shape {shapes[self.covariance_type]}, got {tuple(prec.shape)}"
                 )
-            prec_chol = _stats.precision_cholesky_from_precisions(prec.double(), self.covariance_type).to(
-                dtype
-            )
+            prec_chol = _stats.precision_cholesky_from_precisions(prec.double(), self.covariance_type).to(dtype)
             cov = _stats.covariances_from_precision_cholesky(prec_chol, self.covariance_type)
         else:
             assert params is not None
@@ -367,6 +359,42 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         finally:
             if bar is not None:
                 bar.close()
+
+    def _split_merge(
+        self,
+        data: DataSource,
+        result: FitResult,
+        rng: np.random.RandomState,
+        shift: Tensor,
+        history: list[dict[str, Any]],
+    ) -> FitResult:
+        sample = data.sample(50_000, np.random.RandomState(int(rng.get_state()[1][0])))  # type: ignore[index]
+
+        def callback(epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
+            history.append(
+                {
+                    "epoch": len(history) + 1,
+                    "loglik": loglik,
+                    "seconds": seconds,
+                    "usage": usage.double().cpu().numpy().tolist(),
+                    "split_merge": True,
+                }
+            )
+
+        best, self.n_split_merge_accepted_ = fit_split_merge(
+            data,
+            result,
+            sample,
+            n_trials=int(self.split_merge),
+            covariance_type=self.covariance_type,
+            reg_covar=self.reg_covar,
+            tol=self.tol,
+            max_iter=self.max_iter,
+            shift=shift,
+            batch_size=_CHUNK,
+            callback=callback,
+        )
+        return best
 
     def partial_fit(self, X: Any, y: Any = None) -> "GaussianMixture":
         """One online-EM step ("em", "online_em") or one gradient step ("gd") on the batch X.
@@ -442,9 +470,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         def t(a: np.ndarray) -> Tensor:
             return torch.from_numpy(np.asarray(a, dtype=np.float64)).to(device=device, dtype=dtype)
 
-        return MixtureParams(
-            t(self.weights_), t(self.means_), t(self.covariances_), t(self.precisions_cholesky_)
-        )
+        return MixtureParams(t(self.weights_), t(self.means_), t(self.covariances_), t(self.precisions_cholesky_))
 
     # -- scoring -------------------------------------------------------------------------------------------------
 
@@ -507,15 +533,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             ]
         elif self.covariance_type == "tied":
             xs = [
-                rng.multivariate_normal(m, self.covariances_, int(n))
-                for m, n in zip(self.means_, counts, strict=True)
+                rng.multivariate_normal(m, self.covariances_, int(n)) for m, n in zip(self.means_, counts, strict=True)
             ]
         else:
-            cov = (
-                self.covariances_
-                if self.covariance_type == "diag"
-                else self.covariances_[:, None] * np.ones(d)
-            )
+            cov = self.covariances_ if self.covariance_type == "diag" else self.covariances_[:, None] * np.ones(d)
             xs = [
                 m + rng.standard_normal((int(n), d)) * np.sqrt(c)
                 for m, c, n in zip(self.means_, cov, counts, strict=True)

@@ -17,11 +17,14 @@ triangular and diagonal structure of W is kept).
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from implicit_em._checks import set_validate_args, validate_args_enabled
 from implicit_em.distances import GaussianComponents
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._stats import MixtureParams, covariances_from_precision_cholesky
@@ -29,6 +32,17 @@ from implicit_em.mixture.em import Callback, FitResult
 from implicit_em.objectives import mixture_nll
 
 OPTIMIZERS = ("adam", "sgd")
+
+
+@contextmanager
+def _no_value_checks() -> Iterator[None]:
+    """The data were checked when read; skip the foundation's per-call NaN/inf reductions inside the loop."""
+    before = validate_args_enabled()
+    set_validate_args(False)
+    try:
+        yield
+    finally:
+        set_validate_args(before)
 
 
 class GDState(NamedTuple):
@@ -75,8 +89,9 @@ def gd_step(state: GDState, x: Tensor, shift: Tensor, scale: float, volume: bool
     original coordinates (log-likelihood when volume=True)."""
     x_std = (x - shift.to(x.dtype)) / scale
     state.optimizer.zero_grad(set_to_none=True)
-    loss = batch_loss(state, x_std, volume)
-    loss.backward()
+    with _no_value_checks():
+        loss = batch_loss(state, x_std, volume)
+        loss.backward()
     state.optimizer.step()
     jacobian = x.shape[1] * math.log(scale) if volume else 0.0  # density of x = density of x_std / scale^D
     return -float(loss.detach()) - jacobian
@@ -115,11 +130,7 @@ def fit_gd(
     ``lower_bound`` of the result is the last epoch's mean objective (a running average over the epoch, not
     an exact pass; the estimator replaces it by an exact pass).
     """
-    state = (
-        state
-        if state is not None
-        else make_state(params, covariance_type, shift, scale, learning_rate, optimizer)
-    )
+    state = state if state is not None else make_state(params, covariance_type, shift, scale, learning_rate, optimizer)
     prev, epoch, converged = -math.inf, 0, False
     try:
         for epoch in range(1, max_iter + 1):
@@ -130,9 +141,7 @@ def fit_gd(
                 count += x.shape[0]
             mean = total / max(count, 1)
             if not math.isfinite(mean):
-                raise FloatingPointError(
-                    "gradient descent diverged (non-finite objective); lower learning_rate"
-                )
+                raise FloatingPointError("gradient descent diverged (non-finite objective); lower learning_rate")
             if callback is not None:
                 usage = torch.softmax(state.logits.detach(), dim=0)
                 callback(epoch, mean, time.perf_counter() - t0, usage)

@@ -38,9 +38,7 @@ class Assignment(NamedTuple):
         return out
 
 
-def initial_assignment(
-    x: Tensor, n_components: int, init_params: str, rng: np.random.RandomState
-) -> Assignment:
+def initial_assignment(x: Tensor, n_components: int, init_params: str, rng: np.random.RandomState) -> Assignment:
     """Responsibilities to start EM from, drawn from ``rng`` exactly as scikit-learn draws them."""
     n = x.shape[0]
     if init_params == "kmeans":

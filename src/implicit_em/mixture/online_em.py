@@ -121,6 +121,4 @@ def fit_online_em(
         callback=callback,
     )
     converged = result.converged or (epoch < max_iter)
-    return result._replace(
-        n_iter=epoch + result.n_iter, converged=converged and not result.interrupted
-    ), state
+    return result._replace(n_iter=epoch + result.n_iter, converged=converged and not result.interrupted), state

@@ -1,0 +1,172 @@
+r"""Split-and-merge moves out of EM's local optima (after Ueda, Nakano, Ghahramani & Hinton 2000, "SMEM").
+
+EM from k-means often ends with two components sharing one cluster while another component covers two
+clusters. A move merges the pair (i, j) whose responsibilities overlap most,
+
+.. math::  J_{merge}(i, j) = \frac{r_i^\top r_j}{\|r_i\| \|r_j\|},
+
+into one moment-matched Gaussian, and splits the component k whose own points gain most log-likelihood from
+two Gaussians instead of one (a two-component EM on those points, which also gives the two halves), putting
+the halves in slots k and j. EM then runs to convergence from the moved parameters, and the move is kept only if
+the mean log-likelihood rises by more than ``tol``. Candidates are scored on a sample of at most 50,000 rows;
+each trial is a full EM run, so the cost is (trials) × (one EM run).
+"""
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from implicit_em.mixture import _stats
+from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._stats import MixtureParams
+from implicit_em.mixture.em import Callback, FitResult, fit_em
+
+
+def _full_covariances(params: MixtureParams, covariance_type: str) -> Tensor:
+    k, d = params.means.shape
+    c = params.covariances.double()
+    if covariance_type == "full":
+        return c.clone()
+    if covariance_type == "tied":
+        return c.expand(k, d, d).clone()
+    if covariance_type == "diag":
+        return torch.diag_embed(c)
+    return c[:, None, None] * torch.eye(d, dtype=c.dtype, device=c.device)
+
+
+def _as_type(full: Tensor, covariance_type: str, old: Tensor) -> Tensor:
+    if covariance_type == "full":
+        return full
+    if covariance_type == "tied":
+        return old.double()  # a shared covariance does not move
+    diag = torch.diagonal(full, dim1=-2, dim2=-1)
+    return diag if covariance_type == "diag" else diag.mean(1)
+
+
+class Split(NamedTuple):
+    """Two-component fit of the points one component owns: weights (2,), means (2, D), covariances."""
+
+    weights: Tensor
+    means: Tensor
+    covariances: Tensor
+
+
+def split_proposals(
+    x: Tensor, params: MixtureParams, covariance_type: str, shift: Tensor
+) -> list[tuple[float, int, Split]]:
+    """For every component, the gain in log-likelihood of its own points (hard assignment on the sample) from
+    two Gaussians instead of one, with the two-component fit; best first. This is a direct form of SMEM's
+    split criterion (how badly one Gaussian fits the local data)."""
+    from implicit_em.mixture.gaussian_mixture import GaussianMixture  # the estimator, on a small subset
+
+    a = _stats.score_matrix(params, covariance_type, shift)
+    labels = _stats.weighted_log_prob(x.double(), a, shift).argmax(1)
+    d = x.shape[1]
+    out = []
+    for k in range(params.means.shape[0]):
+        xk = x[labels == k].double().cpu().numpy()
+        if len(xk) < 4 * (d + 1):
+            continue
+        one = GaussianMixture(1, covariance_type="full", random_state=0).fit(xk)
+        two = GaussianMixture(2, covariance_type="full", random_state=0, max_iter=50).fit(xk)
+        gain = len(xk) * (two.score(xk) - one.score(xk))
+        out.append(
+            (float(gain), k, Split(*(torch.from_numpy(v) for v in (two.weights_, two.means_, two.covariances_))))
+        )
+    return sorted(out, key=lambda t: -t[0])
+
+
+def merge_pairs(x: Tensor, params: MixtureParams, covariance_type: str, shift: Tensor) -> list[tuple[int, int]]:
+    """Pairs (i, j), i < j, by decreasing overlap of their responsibilities on the sample."""
+    a = _stats.score_matrix(params, covariance_type, shift)
+    r = torch.softmax(_stats.weighted_log_prob(x.double(), a, shift), dim=1)  # (N, K)
+    norm = r.norm(dim=0).clamp(min=1e-12)
+    overlap = (r.T @ r) / (norm[:, None] * norm[None, :])  # (K, K)
+    iu, ju = torch.triu_indices(r.shape[1], r.shape[1], offset=1)
+    order = torch.argsort(overlap[iu, ju], descending=True)
+    return [(int(iu[m]), int(ju[m])) for m in order.tolist()]
+
+
+def candidates(
+    x: Tensor, params: MixtureParams, covariance_type: str, shift: Tensor
+) -> list[tuple[int, int, int, Split]]:
+    """(i, j, k, split) moves, best first: merge i and j, split k (k ∉ {i, j}) as ``split`` proposes. The
+    best few merges are paired with the best few splits, ordered by merge rank then split rank."""
+    merges = merge_pairs(x, params, covariance_type, shift)[:4]
+    splits = split_proposals(x, params, covariance_type, shift)[:4]
+    return [(i, j, k, sp) for (i, j) in merges for (_, k, sp) in splits if k not in (i, j)]
+
+
+def apply_move(params: MixtureParams, move: tuple[int, int, int, Split], covariance_type: str) -> MixtureParams:
+    """Merge i and j into slot i (moment matching); k's two halves from the split fit go to slots k and j."""
+    i, j, k, split = move
+    w, mu = params.weights.double().clone(), params.means.double().clone()
+    full = _full_covariances(params, covariance_type)
+    wm = w[i] + w[j]
+    mean_m = (w[i] * mu[i] + w[j] * mu[j]) / wm
+    second = (w[i] * (full[i] + torch.outer(mu[i], mu[i])) + w[j] * (full[j] + torch.outer(mu[j], mu[j]))) / wm
+    cov_m = second - torch.outer(mean_m, mean_m)
+    wk = w[k].clone()
+    sw, smu, scov = (t.to(w.device) for t in split)
+    w[i], mu[i], full[i] = wm, mean_m, cov_m
+    w[j], mu[j], full[j] = wk * sw[0], smu[0], scov[0]
+    w[k], mu[k], full[k] = wk * sw[1], smu[1], scov[1]
+    cov = _as_type(0.5 * (full + full.mT), covariance_type, params.covariances)
+    dtype = params.means.dtype
+    prec = _stats.precision_cholesky(cov, covariance_type)
+    return MixtureParams(w.to(dtype), mu.to(dtype), cov.to(dtype), prec.to(dtype))
+
+
+def fit_split_merge(
+    data: DataSource,
+    result: FitResult,
+    sample: Tensor,
+    *,
+    n_trials: int,
+    covariance_type: str,
+    reg_covar: float,
+    tol: float,
+    max_iter: int,
+    shift: Tensor,
+    batch_size: int,
+    callback: Callback | None = None,
+) -> tuple[FitResult, int]:
+    """Up to ``n_trials`` split-and-merge trials after a converged EM result; returns the best result and the
+    number of accepted moves. The iteration count of the result adds up every EM iteration run."""
+    if params_too_few(result.params):
+        return result, 0
+    accepted, trials, total_iter = 0, 0, result.n_iter
+    best = result
+    while trials < n_trials and not best.interrupted:
+        moved = False
+        for move in candidates(sample, best.params, covariance_type, shift):
+            if trials >= n_trials:
+                break
+            trials += 1
+            trial = fit_em(
+                data,
+                apply_move(best.params, move, covariance_type),
+                covariance_type=covariance_type,
+                reg_covar=reg_covar,
+                tol=tol,
+                max_iter=max_iter,
+                shift=shift,
+                batch_size=batch_size,
+                callback=callback,
+            )
+            total_iter += trial.n_iter
+            if trial.interrupted:
+                return best._replace(n_iter=total_iter, interrupted=True, converged=False), accepted
+            if trial.lower_bound > best.lower_bound + tol:
+                best, moved = trial, True
+                accepted += 1
+                break
+        if not moved:
+            break
+    return best._replace(n_iter=total_iter), accepted
+
+
+def params_too_few(params: MixtureParams) -> bool:
+    """A move needs three distinct components."""
+    return params.means.shape[0] < 3
