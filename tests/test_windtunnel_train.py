@@ -113,6 +113,7 @@ def test_run_directory_holds_config_metrics_and_png(tmp_path: Path) -> None:
     for m in metrics["final"].values():
         assert len(m["curves"]["entropy_bayes"]) == int(m["curves"] and len(m["curves"]["kl"]))
         assert m["kl"] >= 0 and m["entropy_mae_mean_curve"] <= m["entropy_mae_per_sample"] + 1e-12
+        assert m["sigmoid_sum_error"] is None  # softmax run
     baselines = metrics["oracle"]["K=4"]
     assert baselines["emission_only"]["kl"] < baselines["uniform"]["kl"]
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -150,6 +151,7 @@ def test_cli_train_tiny_writes_a_run(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(argv) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["steps"] == 6
+    assert printed["final"]["eval"]["sigmoid_sum_error"] >= 0
     assert json.loads((tmp_path / "config.json").read_text())["loss"] == "sigmoid"
 
 

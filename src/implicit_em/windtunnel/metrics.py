@@ -50,6 +50,7 @@ class WindTunnelMetrics:
     cross_entropy: float
     n_sequences: int
     curves: Curves
+    sigmoid_sum_error: float | None = None  # sigmoid loss only: mean |sum_c sigmoid(z_c) - 1| before normalising
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

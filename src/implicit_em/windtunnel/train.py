@@ -209,12 +209,16 @@ def evaluate(model: nn.Module, batch: Batch, loss: str, chunk: int = 512) -> Win
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    probs = []
+    probs, sums = [], []
     for i in range(0, batch.tokens.shape[0], chunk):
         logits = model(batch.tokens[i : i + chunk].to(device))[:, batch.positions.to(device)]  # (b, P, C)
         probs.append(predictive(logits.double(), loss).cpu())
+        sums.append(torch.sigmoid(logits.double()).sum(dim=-1).cpu())  # (b, P)
     model.train(was_training)
-    return evaluate_predictions(torch.cat(probs), batch.posterior)
+    metrics = evaluate_predictions(torch.cat(probs), batch.posterior)
+    if loss == "sigmoid":  # how far the independent sigmoids are from a distribution on their own
+        metrics = dataclasses.replace(metrics, sigmoid_sum_error=float((torch.cat(sums) - 1).abs().mean()))
+    return metrics
 
 
 def resolve_device(name: str) -> torch.device:
