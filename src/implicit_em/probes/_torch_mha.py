@@ -8,9 +8,12 @@ inverse of sdpa) to additive float masks before it calls sdpa, so the patched fu
 conventions. A module that bound the function at import time (``from torch.nn.functional import
 scaled_dot_product_attention``) is out of reach; the probe warns when a probed forward captured nothing.
 
-When the probe observes a sub-batch (summary mode, ``summary_batch``), only the first n sequences of a 4-D call
-take the explicit path; the other B - n go through the function the patch replaced (the fused kernel), with the
-same arguments (a mask is sliced along the batch when its dim 0 is the batch), and the outputs are concatenated.
+When the probe observes a sub-batch (summary mode, ``summary_batch``) of a 4-D call, the whole call runs the
+function the patch replaced (the fused kernel) and the first n sequences are recomputed explicitly beside it
+(:func:`implicit_em.probes.attention.shadow`): outputs and gradients are the unprobed model's, bit for bit. With
+attention dropout the draws of the observed sequences must be the model's own, so there the first n sequences
+take the explicit path and the other B - n the fused kernel (a mask sliced along the batch when its dim 0 is the
+batch), concatenated along the batch.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implicit_em.probes.attention import active_observer, attend, split_mask
+from implicit_em.probes.attention import active_observer, attend, shadow, shadow_inputs, split_mask
 
 if TYPE_CHECKING:
     from implicit_em.probes.capture import AttentionProbe
@@ -50,10 +53,14 @@ def _probe_sdpa(
     if n is None:
         return attend(query, *_repeat_kv(query, key, value, enable_gqa), attn_mask, dropout_p, is_causal, scale)[0]
     head_mask, tail_mask = split_mask(attn_mask, n, query.shape[0])
+    gqa = {"enable_gqa": True} if enable_gqa else {}
+    if dropout_p == 0.0:  # the fused kernel computes the call; the observed sequences are recomputed beside it
+        output = _fused()(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **gqa)
+        q0, k0, v0 = shadow_inputs(query, key, value, n)
+        return shadow(output, attend(q0, *_repeat_kv(q0, k0, v0, enable_gqa), head_mask, 0.0, is_causal, scale)[0])
     # split (not two slices): its backward concatenates the two gradients instead of adding zero-padded ones
     (q0, q1), (k0, k1), (v0, v1) = (x.split([n, x.shape[0] - n]) for x in (query, key, value))
     head = attend(q0, *_repeat_kv(q0, k0, v0, enable_gqa), head_mask, dropout_p, is_causal, scale)[0]
-    gqa = {"enable_gqa": True} if enable_gqa else {}
     tail = _fused()(q1, k1, v1, tail_mask, dropout_p, is_causal, scale=scale, **gqa)
     return torch.cat((head, tail))
 

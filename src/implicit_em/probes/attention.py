@@ -14,7 +14,7 @@ probe is active the only extra work is one module-level lookup.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -113,6 +113,48 @@ def split_mask(attn_mask: Tensor | None, n: int, batch: int) -> tuple[Tensor | N
     if attn_mask is None or attn_mask.dim() != 4 or attn_mask.shape[0] != batch:
         return attn_mask, attn_mask
     return attn_mask[:n], attn_mask[n:]
+
+
+def shadow_inputs(query: Tensor, key: Tensor, value: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Detached views (no copies) of the first ``n`` sequences, for a shadow computation (see :func:`shadow`).
+
+    When the model's attention takes part in a backward, the query and value views become leaves that require
+    grad, so that the shadow's scores and values receive gradients; nothing flows back into the model from them.
+    """
+    grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    q, k, v = (x[:n].detach() for x in (query, key, value))
+    if grad:
+        q.requires_grad_(True)
+        v.requires_grad_(True)
+    return q, k, v
+
+
+class _Shadow(torch.autograd.Function):
+    """Forward: a copy of ``output``. Backward: the gradient to ``output``, and its first n rows to ``observed``."""
+
+    @staticmethod
+    def forward(ctx: Any, output: Tensor, observed: Tensor) -> Tensor:
+        ctx.rows = observed.shape[0]
+        return output.clone()  # a copy, not the input itself: callers may modify it in place
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
+        return grad, grad[: ctx.rows]
+
+
+def shadow(output: Tensor, observed: Tensor) -> Tensor:
+    """The model's attention ``output`` (B, ...), with ``observed`` (n, ...) attached to its gradient.
+
+    ``observed`` is an explicit recomputation of the first n rows of ``output`` from :func:`shadow_inputs`. The
+    result equals ``output`` bit for bit and its gradient reaches the model unchanged; the first n rows of that
+    gradient (the upstream gradient u of those sequences) also run through the recomputation's backward, where
+    the probe's hooks read dl/ds and dl/dv. Nothing flows back from the recomputation into the model.
+    """
+    if not observed.requires_grad:
+        return output
+    result: Tensor = _Shadow.apply(output, observed)
+    return result
 
 
 def attend(
