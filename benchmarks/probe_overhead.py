@@ -6,7 +6,8 @@ sequence 128, batch 16 by default):
 * ``none``: the model's own attention (sdpa), no probe;
 * ``detached``: the same, after a probe was attached and detached once (its code path when not attached);
 * ``summary``: a summary-mode probe with its defaults (per-head statistics and law residuals of the first
-  ``summary_batch=2`` sequences; the rest of the batch runs HF's fused sdpa) on every step;
+  ``summary_batch=2`` sequences, recomputed explicitly beside HF's fused sdpa, which computes the batch) on every
+  step;
 * ``summary_stats``: the same without the law residuals (``laws=False``);
 * ``summary_full_batch``: summary mode observing the whole batch (``summary_batch=None``), every step;
 * ``summary_full_batch_stats``: the same without the law residuals;

@@ -14,9 +14,10 @@ three ways:
 Gradients are read by tensor hooks on the output, the scores and the values; a call is *committed* when its
 output gradient arrives, so the extra forward of activation checkpointing leaves no stray record.
 
-Summary mode observes a sub-batch (``summary_batch``, the first 2 sequences by default): the adapters send only
-those sequences through the explicit attention and the rest of the batch through the model's own fused kernel,
-concatenating the outputs along the batch, so a captured step costs little more than an unprobed one.
+Summary mode observes a sub-batch (``summary_batch``, the first 2 sequences by default): the adapters let the
+model's own fused kernel compute the call and recompute only those sequences explicitly beside it
+(:func:`implicit_em.probes.attention.shadow`; with attention dropout they split the call instead), so a captured
+step costs little more than an unprobed one and its results are the model's.
 """
 
 from __future__ import annotations
@@ -113,9 +114,10 @@ class AttentionProbe:
         sites: explicit module names to probe instead of the automatic discovery.
         summary_batch: in summary mode, observe only the first ``summary_batch`` sequences of each captured
             call (dim 0 of 4-D (B, H, T, E) attention inputs; calls with fewer dims are observed whole).
-            Through the ``F.scaled_dot_product_attention`` and Hugging Face adapters those sequences run the
-            explicit attention and the other B - n the model's own fused kernel, concatenated along the batch:
-            outputs and gradients stay those of the model for every sequence, and the statistics and law
+            Through the ``F.scaled_dot_product_attention`` and Hugging Face adapters the model's fused kernel
+            computes the call and the first n sequences are recomputed explicitly beside it, reading the model's
+            upstream gradient (outputs and gradients bit-identical to the unprobed model); with attention
+            dropout the call is split instead (n explicit, B - n fused, concatenated). The statistics and law
             residuals are those of the first n sequences (an estimate of the batch's per-head statistics; the
             laws are exact identities, checked on them). ``attention()`` calls run explicitly for the whole
             batch as always; only what the probe reads is restricted. ``None`` observes the whole batch. Full
