@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from implicit_em.windtunnel.tasks import BijectionTask
-from implicit_em.windtunnel.train import WindTunnelConfig, train
+from implicit_em.windtunnel.train import LOSSES, MODELS, TASKS, WindTunnelConfig, train
 
 _PRESETS = {"quick": WindTunnelConfig.quick, "full": WindTunnelConfig.full, "tiny": WindTunnelConfig.tiny}
 
@@ -82,8 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", required=True, help="run directory (resumes if it holds a checkpoint)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
     hints = typing.get_type_hints(WindTunnelConfig)
+    choices = {"task": TASKS, "model": MODELS, "loss": LOSSES}
     for f in dataclasses.fields(WindTunnelConfig):
-        tr.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=_field_parser(hints[f.name]), default=None)
+        tr.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            type=_field_parser(hints[f.name]),
+            choices=choices.get(f.name),
+            default=None,
+            help=f"default {f.default!r} (before the preset)",
+        )
     summ = sub.add_parser("summarize", help="collect the final numbers of run directories into one JSON file")
     summ.add_argument("run_dirs", nargs="+")
     summ.add_argument("--out", required=True)
