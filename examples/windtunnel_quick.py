@@ -1,6 +1,6 @@
 """Train a small transformer on bijection elimination and measure it in bits against the exact posterior.
 
-    python examples/windtunnel_quick.py            # about a minute on 2 CPU cores (V = 10, 1500 steps)
+    python examples/windtunnel_quick.py            # about 20 s on 2 CPU cores (V = 10, 1500 steps)
 
 The full quick setting (V = 20, about 10 minutes on 2 idle cores) is
 ``python -m implicit_em.windtunnel train --preset quick --task bijection --out runs/bij20``.
