@@ -60,21 +60,28 @@ def _triu(n_features: int, device: torch.device | None = None) -> tuple[Tensor, 
     return rows, cols
 
 
-def quadratic_features(x: Tensor) -> Tensor:
-    """φ(x) = [x_a x_b (a ≤ b, row-major upper triangle), x, 1], shape (N, D(D+1)/2 + D + 1).
+def quadratic_features_t(x: Tensor) -> Tensor:
+    """φ(x)ᵀ, shape (P, N) with P = D(D+1)/2 + D + 1: rows x_a x_b (a ≤ b, row-major upper triangle), x, 1.
 
-    Built from D broadcast products written into one buffer (an index gather is several times slower on CPU).
+    Built transposed from D broadcast products, each writing contiguous rows of one buffer: on CPU this is
+    several times faster than writing column blocks of an (N, P) buffer, and far faster than an index gather.
     dtype and device follow x.
     """
     n, d = x.shape
-    out = torch.empty(n, d * (d + 1) // 2 + d + 1, dtype=x.dtype, device=x.device)
-    col = 0
+    xt = x.T.contiguous()  # (D, N)
+    out = torch.empty(d * (d + 1) // 2 + d + 1, n, dtype=x.dtype, device=x.device)
+    row = 0
     for a in range(d):
-        torch.mul(x[:, a : a + 1], x[:, a:], out=out[:, col : col + d - a])  # row a of the upper triangle
-        col += d - a
-    out[:, col : col + d] = x
-    out[:, -1] = 1
+        torch.mul(xt[a:], xt[a], out=out[row : row + d - a])  # x_a x_b for b ≥ a
+        row += d - a
+    out[row : row + d] = xt
+    out[-1] = 1
     return out
+
+
+def quadratic_features(x: Tensor) -> Tensor:
+    """φ(x) = [x_a x_b (a ≤ b), x, 1], shape (N, P) (a transposed view of :func:`quadratic_features_t`)."""
+    return quadratic_features_t(x).T
 
 
 def full_precisions(precisions_cholesky: Tensor, covariance_type: str, n_components: int, n_features: int) -> Tensor:
@@ -127,7 +134,7 @@ def score_matrix(params: MixtureParams, covariance_type: str, shift: Tensor) -> 
 
 def weighted_log_prob(x: Tensor, a: Tensor, shift: Tensor) -> Tensor:
     """log π_j + log N(x_i; μ_j, Σ_j), shape (N, K), in the dtype of ``a`` (cast x and shift to it)."""
-    return quadratic_features(x.to(a.dtype) - shift.to(a.dtype)) @ a
+    return (a.T @ quadratic_features_t(x.to(a.dtype) - shift.to(a.dtype))).T
 
 
 def _unpack(s: Tensor, n_features: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -143,19 +150,19 @@ def _unpack(s: Tensor, n_features: int) -> tuple[Tensor, Tensor, Tensor]:
 
 def summarize(x: Tensor, a: Tensor, shift: Tensor) -> tuple[Summary, Tensor]:
     """E-step and statistics for a chunk: returns (Summary in float64, log p(x_i) per row (N,))."""
-    phi = quadratic_features(x.to(a.dtype) - shift.to(a.dtype))  # (N, P)
-    logp = phi @ a  # (N, K)
-    log_norm = torch.logsumexp(logp, dim=1)  # (N,)
-    resp = torch.exp(logp - log_norm[:, None])
-    nk, sx, sxx = _unpack((resp.T @ phi).double(), x.shape[1])
+    phi_t = quadratic_features_t(x.to(a.dtype) - shift.to(a.dtype))  # (P, N)
+    logp = a.T @ phi_t  # (K, N)
+    log_norm = torch.logsumexp(logp, dim=0)  # (N,)
+    resp = torch.exp(logp - log_norm)  # (K, N)
+    nk, sx, sxx = _unpack((resp @ phi_t.T).double(), x.shape[1])
     n = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
     return Summary(n, nk, sx, sxx, log_norm.double().sum()), log_norm
 
 
 def summarize_resp(x: Tensor, resp: Tensor, shift: Tensor) -> Summary:
-    """Statistics for given responsibilities (initialisation from labels), float64."""
-    phi = quadratic_features(x.to(resp.dtype) - shift.to(resp.dtype))
-    nk, sx, sxx = _unpack((resp.T @ phi).double(), x.shape[1])
+    """Statistics for given responsibilities (N, K) (initialisation from labels), float64."""
+    phi_t = quadratic_features_t(x.to(resp.dtype) - shift.to(resp.dtype))  # (P, N)
+    nk, sx, sxx = _unpack((phi_t @ resp).T.double(), x.shape[1])
     n = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
     return Summary(n, nk, sx, sxx, torch.zeros((), dtype=torch.float64, device=x.device))
 

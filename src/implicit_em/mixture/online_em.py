@@ -116,7 +116,7 @@ def fit_online_em(
         tol=tol,
         max_iter=final_em_steps,
         shift=shift,
-        batch_size=max(batch_size, 65536),
+        batch_size=max(batch_size, 16384),
         lower_bound=prev,
         callback=callback,
     )
