@@ -2,6 +2,9 @@
 
 import json
 import math
+import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -168,3 +171,21 @@ def test_device_auto_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert resolve_device("auto") == torch.device("cpu")
     result = train(WindTunnelConfig.tiny(steps=3, device="auto"), tmp_path, progress=False)
     assert result.extra["device"] == "cpu"
+
+
+def test_sigint_mid_run_checkpoints_at_a_step_boundary_and_resumes_exactly(tmp_path: Path) -> None:
+    """Ctrl-C during training: metrics and checkpoint are written, and resuming matches an uninterrupted run."""
+    c = WindTunnelConfig.tiny(steps=100_000, checkpoint_every=10_000, eval_every=10_000)
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        train(c, tmp_path / "a", progress=False)
+    timer.join()
+    stopped_at = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)["step"]
+    assert 0 < stopped_at < c.steps
+    assert not json.loads((tmp_path / "a" / "metrics.json").read_text())["complete"]
+    resumed = train(c, tmp_path / "a", progress=False, stop_after=stopped_at + 7)
+    straight = train(c, tmp_path / "b", progress=False, stop_after=stopped_at + 7)
+    assert resumed.steps_done == straight.steps_done == stopped_at + 7
+    for k, v in _weights(tmp_path / "a").items():
+        torch.testing.assert_close(v, _weights(tmp_path / "b")[k], rtol=0, atol=0)

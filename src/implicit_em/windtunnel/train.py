@@ -19,6 +19,8 @@ import logging
 import math
 import os
 import platform
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,6 +266,31 @@ def _versions() -> dict[str, str]:
     }
 
 
+class _DeferSignals:
+    """Hold SIGINT and SIGTERM until the end of the current step, so a checkpoint is always at a step boundary.
+
+    Without this, Ctrl-C between drawing a batch and the optimiser step would save a data-generator state that
+    no longer matches the model, and the resumed run would differ from an uninterrupted one.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_DeferSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.received = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
 def oracle_numbers(config: WindTunnelConfig, eval_batches: dict[str, Batch] | None = None) -> dict[str, Any]:
     """Reference predictors, computed, never typed in.
 
@@ -360,8 +387,8 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
     bar = tqdm(total=config.steps, initial=step, disable=not progress, desc=f"{config.task}/{config.model}")
     loss_sum, loss_n = 0.0, 0
     t0, c0 = time.perf_counter(), time.process_time()
-    try:
-        while step < config.steps and (stop_after is None or step < stop_after):
+    with _DeferSignals() as signals:
+        while step < config.steps and (stop_after is None or step < stop_after) and signals.received is None:
             lr = learning_rate(step, config)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -396,12 +423,6 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
                 elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
                 cpu, c0 = cpu + time.process_time() - c0, time.process_time()
                 checkpoint()
-    except KeyboardInterrupt:
-        elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
-        cpu, c0 = cpu + time.process_time() - c0, time.process_time()
-        checkpoint()
-        bar.close()
-        raise
     bar.close()
     elapsed += time.perf_counter() - t0
     cpu += time.process_time() - c0
@@ -425,6 +446,9 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
     result = TrainResult(config, last_metrics, history, count_parameters(model), step, complete, run_path, extra)
     if run_path is not None:
         write_run(result, run_path)
+    if signals.received is not None:  # everything is saved; now let the signal end the run
+        logger.info("interrupted at step %d (signal %d); run again to resume", step, signals.received)
+        raise KeyboardInterrupt
     return result
 
 
