@@ -189,3 +189,18 @@ def test_sigint_mid_run_checkpoints_at_a_step_boundary_and_resumes_exactly(tmp_p
     assert resumed.steps_done == straight.steps_done == stopped_at + 7
     for k, v in _weights(tmp_path / "a").items():
         torch.testing.assert_close(v, _weights(tmp_path / "b")[k], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_losses_equal_the_library_objectives(soft: bool) -> None:
+    """Two paths, one answer: the wind-tunnel losses are the library's constrained CE (d = -z) and sigmoid BCE."""
+    from implicit_em.objectives import constrained_cross_entropy, independent_sigmoid_bce
+
+    task = HMMFilteringTask(n_obs=3) if soft else BijectionTask(5)
+    batch = task.sample(4, torch.Generator().manual_seed(1))
+    logits = torch.randn(*batch.posterior.shape, dtype=torch.float64)
+    target = batch.posterior if soft else batch.labels
+    ce = constrained_cross_entropy(-logits, target).mean()
+    bce = independent_sigmoid_bce(logits, target).mean()
+    torch.testing.assert_close(windtunnel_loss(logits, batch, "softmax"), ce, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(windtunnel_loss(logits, batch, "sigmoid"), bce, rtol=1e-12, atol=1e-12)
