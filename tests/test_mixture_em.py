@@ -193,3 +193,18 @@ def test_verbose_shows_a_progress_bar_with_the_log_likelihood(capsys: pytest.Cap
         GaussianMixture(2, random_state=0, verbose=1, max_iter=3, tol=0.0).fit(_blobs(k=2))
     err = capsys.readouterr().err
     assert "GaussianMixture[em]" in err and "loglik=" in err
+
+
+def test_warm_start_continues_from_the_previous_fit() -> None:
+    x = _blobs(seed=9)
+    gm = GaussianMixture(4, random_state=0, warm_start=True, split_merge=0, tol=1e-8, max_iter=3)
+    with pytest.warns(ConvergenceWarning):
+        gm.fit(x)
+    first = gm.lower_bound_
+    with pytest.warns(ConvergenceWarning):
+        gm.fit(x)
+    cold = GaussianMixture(4, random_state=0, split_merge=0, tol=1e-8, max_iter=6)
+    with pytest.warns(ConvergenceWarning):
+        cold.fit(x)
+    assert gm.lower_bound_ >= first
+    np.testing.assert_allclose(gm.means_, cold.means_, rtol=1e-8, atol=1e-8)  # 3 + 3 iterations = 6
