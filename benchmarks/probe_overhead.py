@@ -6,9 +6,10 @@ sequence 128, batch 16 by default):
 * ``none``: the model's own attention (sdpa), no probe;
 * ``detached``: the same, after a probe was attached and detached once (its code path when not attached);
 * ``summary``: a summary-mode probe with its defaults (per-head statistics and law residuals of the first
-  ``summary_batch=2`` sequences, recomputed explicitly beside HF's fused sdpa, which computes the batch) on every
+  ``summary_batch=1`` sequence, recomputed explicitly beside HF's fused sdpa, which computes the batch) on every
   step;
 * ``summary_stats``: the same without the law residuals (``laws=False``);
+* ``summary_n2``: summary mode observing the first 2 sequences (``summary_batch=2``);
 * ``summary_full_batch``: summary mode observing the whole batch (``summary_batch=None``), every step;
 * ``summary_full_batch_stats``: the same without the law residuals;
 * ``summary_every10``: summary mode (defaults) sampling one step in ten;
@@ -74,6 +75,7 @@ def make_contenders(
     kwargs: dict[str, dict[str, Any]] = {
         "summary": {"mode": "summary"},
         "summary_stats": {"mode": "summary", "laws": False},
+        "summary_n2": {"mode": "summary", "summary_batch": 2},
         "summary_full_batch": {"mode": "summary", "summary_batch": None},
         "summary_full_batch_stats": {"mode": "summary", "summary_batch": None, "laws": False},
         "summary_every10": {"mode": "summary", "every": 10},
@@ -97,6 +99,7 @@ CONTENDERS = [
     "detached",
     "summary",
     "summary_stats",
+    "summary_n2",
     "summary_full_batch",
     "summary_full_batch_stats",
     "summary_every10",

@@ -5,7 +5,7 @@ The task is next-symbol prediction on a sticky Markov chain over 8 symbols (the 
 tokens instead of Gaussian inputs). Every ``probe_every`` steps a full-mode probe runs a forward and backward
 pass on a fixed probe batch (its gradients are discarded), checks the routing and value laws, and records the
 relative change of the attention patterns, the values and W_V since the previous probe. Training steps carry
-a summary-mode probe (per-head entropy and law residuals of the first two sequences of each batch, no T x S
+a summary-mode probe (per-head entropy and law residuals of the first sequence of each batch, no T x S
 tensors).
 
     .venv/bin/python examples/probe_transformer.py            # 300 steps, about a minute on 2 CPU cores

@@ -180,7 +180,7 @@ def test_summary_mode_keeps_per_head_statistics_only() -> None:
     model, x = TinyModel(), torch.randn(2, 5, 8, dtype=torch.float64)
     with AttentionProbe(model, mode="full") as full:
         model(x).pow(2).sum().backward()
-    with AttentionProbe(model, mode="summary") as summary:
+    with AttentionProbe(model, mode="summary", summary_batch=None) as summary:  # observe the whole batch
         model(x).pow(2).sum().backward()
     assert all(t.shape == (2,) for t in summary.cache.values())  # (H,), no T x S tensors
     for site, stats in summary.summary().items():

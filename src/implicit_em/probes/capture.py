@@ -14,7 +14,7 @@ three ways:
 Gradients are read by tensor hooks on the output, the scores and the values; a call is *committed* when its
 output gradient arrives, so the extra forward of activation checkpointing leaves no stray record.
 
-Summary mode observes a sub-batch (``summary_batch``, the first 2 sequences by default): the adapters let the
+Summary mode observes a sub-batch (``summary_batch``, the first sequence by default): the adapters let the
 model's own fused kernel compute the call and recompute only those sequences explicitly beside it
 (:func:`implicit_em.probes.attention.shadow`; with attention dropout they split the call instead), so a captured
 step costs little more than an unprobed one and its results are the model's.
@@ -133,7 +133,7 @@ class AttentionProbe:
         every: int = 1,
         laws: bool = True,
         sites: Sequence[str] | None = None,
-        summary_batch: int | None = 2,
+        summary_batch: int | None = 1,
     ) -> None:
         if mode not in ("full", "summary"):
             raise ValueError(f"mode must be 'full' or 'summary', got {mode!r}")
