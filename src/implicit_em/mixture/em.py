@@ -21,10 +21,10 @@ from implicit_em.mixture._stats import (
     MixtureParams,
     Summary,
     from_summaries,
-    log_det_cholesky,
     score_matrix,
     summarize,
 )
+from implicit_em.objectives import gaussian_energies
 
 #: callback(epoch, mean train log-likelihood, seconds, component usage (K,)) after every pass
 Callback = Callable[[int, float, float, Tensor], None]
@@ -111,17 +111,10 @@ def _estimate_gaussian_parameters(
 
 
 def _estimate_log_gaussian_prob(x: Tensor, means: Tensor, prec_chol: Tensor, covariance_type: str) -> Tensor:
-    """Reference log N(x_i; μ_j, Σ_j), shape (N, K): ½‖U_jᵀ(x − μ_j)‖² through the Cholesky factor."""
-    d = x.shape[1]
-    k = means.shape[0]
-    if covariance_type == "full":
-        u = prec_chol
-    elif covariance_type == "tied":
-        u = prec_chol.expand(k, d, d)
-    elif covariance_type == "diag":
-        u = torch.diag_embed(prec_chol)
-    else:
-        u = prec_chol[:, None, None] * torch.eye(d, dtype=x.dtype, device=x.device)
-    z = torch.einsum("nd,kde->nke", x, u) - torch.einsum("kd,kde->ke", means, u)[None]  # (N, K, D)
-    log_det = log_det_cholesky(prec_chol, covariance_type, d)
-    return -0.5 * (d * math.log(2 * math.pi) + (z**2).sum(-1)) + log_det
+    """Reference log N(x_i; μ_j, Σ_j), shape (N, K): the foundation's Gaussian energies, negated.
+
+    Whitening W_j = U_jᵀ for sklearn's upper-triangular ``precisions_cholesky_`` U (full, tied); U itself for
+    diag and spherical (:func:`implicit_em.objectives.whiten`).
+    """
+    whitening = prec_chol.mT if covariance_type in ("full", "tied") else prec_chol
+    return -gaussian_energies(x, means, whitening, covariance_type)  # type: ignore[arg-type]
