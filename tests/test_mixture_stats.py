@@ -163,3 +163,34 @@ def test_negative_variance_from_round_off_is_floored_with_a_warning() -> None:
     with pytest.warns(RuntimeWarning, match="reg_covar"):
         floored = _stats.floor_covariances(cov, "full", 1e-2)
     assert_close(torch.diagonal(floored[0]), torch.tensor([1.0, 1e-2], dtype=torch.float64))
+
+
+@given(
+    st.integers(1, 20),
+    st.integers(1, 50),
+    st.floats(0.0, 3000.0),
+    st.sampled_from([torch.float32, torch.float64]),
+    st.integers(0, 2**16),
+)
+def test_log_normalize_is_softmax_and_logsumexp_without_subnormals(
+    k: int, n: int, spread: float, dtype: torch.dtype, seed: int
+) -> None:
+    """Far-away components (log-ratios of -1000 and below) give no subnormal responsibility, and the result
+    equals torch's softmax / logsumexp up to the floor e^-52 (float32) or e^-425 (float64)."""
+    g = torch.Generator().manual_seed(seed)
+    logp = (torch.randn(k, n, generator=g, dtype=torch.float64) * spread - 20.0).to(dtype)
+    resp, log_norm = _stats.log_normalize(logp.clone())
+    tiny = torch.finfo(dtype).tiny
+    assert bool((resp >= tiny).all()), "a responsibility is subnormal or zero"
+    assert_close(log_norm, torch.logsumexp(logp, 0), rtol=1e-6 if dtype == torch.float32 else 1e-14, atol=0.0)
+    assert_close(resp, torch.softmax(logp, 0), rtol=0.0, atol=1e-6 if dtype == torch.float32 else 1e-14)
+    assert_close(resp.sum(0), torch.ones(n, dtype=dtype), rtol=0.0, atol=1e-5 if dtype == torch.float32 else 1e-13)
+
+
+def test_log_normalize_gives_a_column_of_minus_infinity_zero_density_and_no_nan() -> None:
+    logp = torch.tensor([[-torch.inf, 0.0], [-torch.inf, -1.0]])
+    resp, log_norm = _stats.log_normalize(logp.clone())
+    assert bool(torch.isfinite(resp).all())
+    assert_close(resp[:, 0], torch.full((2,), 0.5))
+    assert float(log_norm[0]) == -torch.inf
+    assert_close(log_norm[1], torch.logsumexp(logp[:, 1], 0))
