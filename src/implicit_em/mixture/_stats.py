@@ -112,23 +112,26 @@ def log_det_cholesky(precisions_cholesky: Tensor, covariance_type: str, n_featur
 def score_matrix(params: MixtureParams, covariance_type: str, shift: Tensor) -> Tensor:
     r"""A (P, K) with φ(x - shift)ᵀ A_{:,j} = log π_j + log N(x; μ_j, Σ_j).
 
-    With m = μ - shift: log N = -½ xᵀΛx + xᵀΛm - ½ mᵀΛm + log|det W| - (D/2) log 2π; an off-diagonal
-    pair x_a x_b appears twice in xᵀΛx, hence the coefficient -Λ_ab for a < b and -½Λ_aa on the diagonal.
+    With m = μ - shift: log N = -½ xᵀΛx + xᵀΛm - ½ mᵀΛm + log|det W| - (D/2) log 2π.
     """
     weights, means, _, prec_chol = (t.double() for t in params)  # built in float64, cast by the caller
-    shift = shift.double()
     k, d = means.shape
     lam = full_precisions(prec_chol, covariance_type, k, d)  # (K, D, D)
-    m = means - shift
+    offsets = torch.log(weights) + log_det_cholesky(prec_chol, covariance_type, d) - 0.5 * d * math.log(2 * math.pi)
+    return quadratic_score_matrix(lam, means - shift.double(), offsets)
+
+
+def quadratic_score_matrix(precisions: Tensor, means: Tensor, offsets: Tensor) -> Tensor:
+    r"""A (P, K) with φ(x)ᵀ A_{:,j} = offsets_j - ½ (x - m_j)ᵀ Λ_j (x - m_j), for Λ (K, D, D), m (K, D), offsets (K,).
+
+    Differentiable in all three (the gradient fitter backpropagates through it). An off-diagonal pair
+    x_a x_b appears twice in xᵀΛx, hence the coefficient -Λ_ab for a < b and -½Λ_aa on the diagonal.
+    """
+    d = means.shape[1]
     rows, cols = _triu(d, means.device)
-    quad = -lam[:, rows, cols] * torch.where(rows == cols, 0.5, 1.0).to(lam.dtype)  # (K, D(D+1)/2)
-    lin = torch.einsum("kab,kb->ka", lam, m)  # (K, D)
-    const = (
-        torch.log(weights)
-        - 0.5 * (lin * m).sum(-1)
-        + log_det_cholesky(prec_chol, covariance_type, d)
-        - 0.5 * d * math.log(2 * math.pi)
-    )
+    quad = -precisions[:, rows, cols] * torch.where(rows == cols, 0.5, 1.0).to(precisions.dtype)  # (K, D(D+1)/2)
+    lin = torch.einsum("kab,kb->ka", precisions, means)  # (K, D)
+    const = offsets - 0.5 * (lin * means).sum(-1)
     return torch.cat([quad, lin, const[:, None]], dim=1).T.contiguous()  # (P, K)
 
 

@@ -58,7 +58,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
       one exact EM iteration), "gd" (Adam/SGD on the exact negative log-likelihood: implicit EM);
     - volume: keep the log-det term (True); False gives the distance-only objective ("gd" only): collapse;
     - batch_size: mini-batch rows for "online_em"/"gd" (default 4096); chunk rows for "em";
-    - learning_rate, optimizer ("adam" or "sgd"): for "gd";
+    - learning_rate, optimizer ("adam" or "sgd"): for "gd" (the initial rate, halved on each plateau);
     - split_merge: after "em" or "online_em" converge, try up to this many split-and-merge moves (merge the two
       most overlapping components, split the least Gaussian one, rerun EM, keep it if the likelihood rises;
       ``split_merge.py``). Default 4; 0 gives exactly sklearn's result (moves run only after convergence);
@@ -487,12 +487,12 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def score_samples(self, X: Any) -> Any:
         """log p(x) of every sample, (N,)."""
         logp, as_tensor = self._weighted_log_prob(X)
-        return _out(torch.logsumexp(logp, dim=1), as_tensor)
+        return _out(_stats.log_normalize(logp.T)[1], as_tensor)
 
     def score(self, X: Any, y: Any = None) -> float:
         """Mean log-likelihood per sample."""
         logp, _ = self._weighted_log_prob(X)
-        return float(torch.logsumexp(logp, dim=1).double().mean())
+        return float(_stats.log_normalize(logp.T)[1].double().mean())
 
     def predict(self, X: Any) -> Any:
         """The most probable component of every sample, (N,)."""
@@ -587,7 +587,7 @@ def _mean_loglik(data: DataSource, params: MixtureParams, covariance_type: str, 
     a = _stats.score_matrix(params, covariance_type, shift).to(data.dtype)
     total, n = 0.0, 0
     for x in data.batches(_CHUNK):
-        total += float(torch.logsumexp(_stats.weighted_log_prob(x, a, shift), dim=1).double().sum())
+        total += float(_stats.log_normalize(_stats.weighted_log_prob(x, a, shift).T)[1].double().sum())
         n += x.shape[0]
     return total / max(n, 1)
 

@@ -6,9 +6,12 @@ The loss of a mini-batch is the mean of
            + \tfrac D2 \log 2\pi
 
 with energies from :class:`~implicit_em.distances.GaussianComponents` and log π = log_softmax(logits). Its
-gradient with respect to e_j is the responsibility r_j: every step is weighted by the E-step the fit never
-computes explicitly. With ``volume=False`` the energy is the distance ½‖z_j‖² alone, whose optimum is W → 0
-(metric collapse, the reason for the volume term).
+gradient with respect to e_j is the responsibility r_j (the paper's law). The step computes it that way: the
+energies of all components are one matrix product on the quadratic features of ``_stats``, the responsibilities
+of that product are the gradient, and autograd carries it from the score matrix to the parameters of
+``GaussianComponents`` (:func:`accumulate_gradient`; equal to plain autograd through the components, which
+:func:`batch_loss` keeps as the reference). With ``volume=False`` the energy is the distance ½‖z_j‖² alone,
+whose optimum is W → 0 (metric collapse, the reason for the volume term).
 
 The fit works in standardised coordinates (x − shift) / scale with one scalar scale, so Adam's learning rate
 does not depend on the units of the data; parameters are mapped back exactly (scale is a scalar, so the
@@ -17,32 +20,26 @@ triangular and diagonal structure of W is kept).
 
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from implicit_em._checks import set_validate_args, validate_args_enabled
 from implicit_em.distances import GaussianComponents
 from implicit_em.mixture._data import DataSource
-from implicit_em.mixture._stats import MixtureParams, covariances_from_precision_cholesky
+from implicit_em.mixture._stats import (
+    MixtureParams,
+    covariances_from_precision_cholesky,
+    full_precisions,
+    log_normalize,
+    quadratic_features_t,
+    quadratic_score_matrix,
+)
 from implicit_em.mixture.em import Callback, FitResult
 from implicit_em.objectives import mixture_nll
 
 OPTIMIZERS = ("adam", "sgd")
-
-
-@contextmanager
-def _no_value_checks() -> Iterator[None]:
-    """The data were checked when read; skip the foundation's per-call NaN/inf reductions inside the loop."""
-    before = validate_args_enabled()
-    set_validate_args(False)
-    try:
-        yield
-    finally:
-        set_validate_args(before)
+LR_HALVINGS = 3  #: plateaus that halve the learning rate before the next one stops the fit
 
 
 class GDState(NamedTuple):
@@ -78,10 +75,39 @@ def make_state(
 
 
 def batch_loss(state: GDState, x_std: Tensor, volume: bool) -> Tensor:
-    """Mean mixture NLL of a standardised batch (the distance-only objective when volume=False)."""
+    """Mean mixture NLL of a standardised batch (the distance-only objective when volume=False), by autograd
+    through :class:`GaussianComponents` and :func:`mixture_nll`: the reference for :func:`accumulate_gradient`."""
     out = state.components(x_std)
     d = out.energy if volume else out.distance
     return mixture_nll(d, torch.log_softmax(state.logits, dim=0)).mean()
+
+
+def log_joint_matrix(state: GDState, volume: bool) -> Tensor:
+    """A (P, K), differentiable in the parameters, with φ(x_std)ᵀ A_{:,j} = log π_j − e_j(x_std) (volume=True)
+    or log π_j − ½‖z_j‖² (volume=False): the model's energies on the quadratic features of ``_stats``."""
+    c = state.components
+    lam = full_precisions(c.precisions_cholesky(), c.covariance_type, c.n_components, c.n_features)
+    offsets = torch.log_softmax(state.logits, dim=0)
+    if volume:
+        offsets = offsets + c.log_det() - 0.5 * c.n_features * math.log(2 * math.pi)
+    return quadratic_score_matrix(lam, c.means, offsets)
+
+
+def accumulate_gradient(state: GDState, x_std: Tensor, volume: bool) -> Tensor:
+    r"""Backpropagate the mean mixture NLL of a standardised batch into the parameters; returns log p per row.
+
+    This is the paper's law used as the algorithm: ∂L⁻/∂(log π_j − e_j) = −r_j, so the gradient with respect
+    to the score matrix A is −φ Rᵀ / B, the E-step statistics of EM, and autograd takes it from A to the
+    parameters. Equal to autograd through :func:`batch_loss` (tested to 1e-10 in float64) at the cost of the
+    EM pass: two matrix products on the quadratic features instead of K whitenings and their backward.
+    """
+    a = log_joint_matrix(state, volume)
+    with torch.no_grad():
+        phi_t = quadratic_features_t(x_std.to(a.dtype))  # (P, B)
+        resp, log_norm = log_normalize(a.detach().T @ phi_t)  # (K, B), (B,)
+        grad = (phi_t @ resp.T).mul_(-1.0 / x_std.shape[0])  # (P, K)
+    a.backward(grad)
+    return log_norm
 
 
 def gd_step(state: GDState, x: Tensor, shift: Tensor, scale: float, volume: bool) -> float:
@@ -89,9 +115,8 @@ def gd_step(state: GDState, x: Tensor, shift: Tensor, scale: float, volume: bool
     original coordinates (log-likelihood when volume=True)."""
     x_std = (x - shift.to(x.dtype)) / scale
     state.optimizer.zero_grad(set_to_none=True)
-    with _no_value_checks():
-        loss = batch_loss(state, x_std, volume)
-        loss.backward()
+    log_norm = accumulate_gradient(state, x_std, volume)
+    loss = -log_norm.double().mean()
     state.optimizer.step()
     jacobian = x.shape[1] * math.log(scale) if volume else 0.0  # density of x = density of x_std / scale^D
     return -float(loss.detach()) - jacobian
@@ -125,13 +150,19 @@ def fit_gd(
     state: GDState | None = None,
     callback: Callback | None = None,
 ) -> tuple[FitResult, GDState]:
-    """Epochs of mini-batch gradient descent until the epoch's mean objective changes by less than ``tol``.
+    """Epochs of mini-batch gradient descent with the learning rate halved on plateaus.
+
+    An epoch whose mean objective improves by less than ``tol`` on the previous one (or gets worse) halves the
+    learning rate (as ``torch.optim.lr_scheduler.ReduceLROnPlateau(factor=0.5, patience=0)``); the fit has
+    converged at the first plateau (|change| < tol) after ``LR_HALVINGS`` halvings. A constant step leaves
+    the iterate in a noise ball whose size grows with the step: at N = 3e5 from k-means, Adam at 0.01 stayed
+    0.017 nats/sample short of the EM optimum, the halvings end 0.001 short.
 
     ``lower_bound`` of the result is the last epoch's mean objective (a running average over the epoch, not
     an exact pass; the estimator replaces it by an exact pass).
     """
     state = state if state is not None else make_state(params, covariance_type, shift, scale, learning_rate, optimizer)
-    prev, epoch, converged = -math.inf, 0, False
+    prev, epoch, converged, halvings = -math.inf, 0, False, 0
     try:
         for epoch in range(1, max_iter + 1):
             t0 = time.perf_counter()
@@ -145,9 +176,13 @@ def fit_gd(
             if callback is not None:
                 usage = torch.softmax(state.logits.detach(), dim=0)
                 callback(epoch, mean, time.perf_counter() - t0, usage)
-            if abs(mean - prev) < tol:
-                converged = True
-                break
+            if mean - prev < tol:  # a plateau or a step back: halve the step; stop at a plateau once halved enough
+                if halvings >= LR_HALVINGS and abs(mean - prev) < tol:
+                    converged = True
+                    break
+                halvings += 1
+                for group in state.optimizer.param_groups:
+                    group["lr"] *= 0.5
             prev = mean
     except KeyboardInterrupt:
         return FitResult(

@@ -12,6 +12,7 @@ the mean log-likelihood rises by more than ``tol``. Candidates are scored on a s
 each trial is a full EM run, so the cost is (trials) × (one EM run).
 """
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -58,23 +59,52 @@ def split_proposals(
     """For every component, the gain in log-likelihood of its own points (hard assignment on the sample) from
     two Gaussians instead of one, with the two-component fit; best first. This is a direct form of SMEM's
     split criterion (how badly one Gaussian fits the local data)."""
-    from implicit_em.mixture.gaussian_mixture import GaussianMixture  # the estimator, on a small subset
-
     a = _stats.score_matrix(params, covariance_type, shift)
     labels = _stats.weighted_log_prob(x.double(), a, shift).argmax(1)
     d = x.shape[1]
     out = []
     for k in range(params.means.shape[0]):
-        xk = x[labels == k].double().cpu().numpy()
+        xk = x[labels == k].double()
         if len(xk) < 4 * (d + 1):
             continue
-        one = GaussianMixture(1, covariance_type="full", random_state=0).fit(xk)
-        two = GaussianMixture(2, covariance_type="full", random_state=0, max_iter=50).fit(xk)
-        gain = len(xk) * (two.score(xk) - one.score(xk))
-        out.append(
-            (float(gain), k, Split(*(torch.from_numpy(v) for v in (two.weights_, two.means_, two.covariances_))))
-        )
+        gain, split = two_gaussians(xk)
+        out.append((gain, k, split))
     return sorted(out, key=lambda t: -t[0])
+
+
+def two_gaussians(x: Tensor, reg_covar: float = 1e-6, max_iter: int = 30, tol: float = 1e-3) -> tuple[float, Split]:
+    """EM for two full-covariance Gaussians on x (float64), started by splitting the one-Gaussian fit along its
+    principal axis (means μ ± √λ₁ v₁, SMEM's split); returns (total log-likelihood gain over one Gaussian, fit).
+
+    The one-Gaussian log-likelihood is the closed form -N/2 (D (1 + log 2π) + log det Σ).
+    """
+    n, d = x.shape
+    mean = x.mean(0)
+    cov = torch.cov(x.T, correction=0).reshape(d, d) + reg_covar * torch.eye(d, dtype=x.dtype, device=x.device)
+    one = -0.5 * (d * (1 + math.log(2 * math.pi)) + torch.linalg.slogdet(cov)[1])
+    evals, evecs = torch.linalg.eigh(cov)
+    step = evals[-1].clamp(min=0).sqrt() * evecs[:, -1]
+    cov2 = torch.stack([cov, cov])
+    params = MixtureParams(
+        torch.full((2,), 0.5, dtype=x.dtype, device=x.device),
+        torch.stack([mean + step, mean - step]),
+        cov2,
+        _stats.precision_cholesky(cov2, "full"),
+    )
+    data = DataSource(x, x.device, x.dtype, d)
+    fit = fit_em(
+        data,
+        params,
+        covariance_type="full",
+        reg_covar=reg_covar,
+        tol=tol,
+        max_iter=max_iter,
+        shift=mean,
+        batch_size=n,
+    )
+    p = fit.params
+    two = _stats.summarize(x, _stats.score_matrix(p, "full", mean), mean)[0].loglik / n
+    return float(n * (two - one)), Split(p.weights, p.means, p.covariances)
 
 
 def merge_pairs(x: Tensor, params: MixtureParams, covariance_type: str, shift: Tensor) -> list[tuple[int, int]]:
