@@ -1,12 +1,15 @@
 """The ``implicit-em`` command: a thin layer over the library.
 
 ``implicit-em demo`` measures, for each regime of the paper, the gradient law by autograd and prints the residual.
+``implicit-em audit`` runs the claims audit (quick sizes by default) and writes its HTML report; ``implicit-em
+report DIR`` rewrites the report of a run folder.
 """
 
 import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -151,14 +154,52 @@ def demo() -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from implicit_em.experiments import EXPERIMENTS, run_audit
+
+    if args.list:
+        for exp in EXPERIMENTS:
+            print(f"{exp.name:<24}{exp.source}")
+        return 0
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    state = run_audit(args.out, quick=not args.full, only=only, force=args.force, seed=args.seed)
+    exps = state["experiments"]
+    print(f"\nclaims audit ({state['size']}), {len(exps)} experiments:")
+    for e in exps.values():
+        print(f"  {e['verdict']:<10}{e['name']:<24}{e['summary']}")
+    print(f"\nreport: {Path(args.out) / 'report.html'}")
+    return 1 if any(e["verdict"] == "ERROR" for e in exps.values()) else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``implicit-em`` console script."""
     parser = argparse.ArgumentParser(prog="implicit-em", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="measure the gradient law of every regime and print the residuals")
+    audit = sub.add_parser(
+        "audit",
+        help="run the claims audit: results.json, figures and report.html in --out (interrupt and rerun to resume)",
+    )
+    size = audit.add_mutually_exclusive_group()
+    size.add_argument("--quick", dest="full", action="store_false", help="quick sizes, seconds each (default)")
+    size.add_argument("--full", dest="full", action="store_true", help="full sizes (minutes each)")
+    audit.add_argument("--out", default="runs/audit", help="run folder (default: runs/audit)")
+    audit.add_argument("--only", default=None, help="comma-separated experiment names (default: all)")
+    audit.add_argument("--seed", type=int, default=0)
+    audit.add_argument("--force", action="store_true", help="rerun experiments already in the run folder")
+    audit.add_argument("--list", action="store_true", help="list the experiments and exit")
+    report = sub.add_parser("report", help="(re)write report.html of an audit run folder")
+    report.add_argument("run_dir")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
+    if args.command == "audit":
+        return _audit(args)
+    if args.command == "report":
+        from implicit_em.report import write_report
+
+        print(write_report(args.run_dir))
+        return 0
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse rejects it first
     return 2
 

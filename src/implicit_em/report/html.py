@@ -1,0 +1,105 @@
+"""Render ``results.json`` of an audit run as one self-contained ``report.html`` (figures embedded as base64)."""
+
+import base64
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+_COLOURS = {"SUPPORTED": "#1a7f37", "PARTIAL": "#9a6700", "REFUTED": "#cf222e", "ERROR": "#6e7781"}
+
+_CSS = """
+body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #1f2328;
+       line-height: 1.45; }
+h1 { margin-bottom: 0.2rem; } h2 { margin-top: 2.5rem; border-bottom: 1px solid #d0d7de; padding-bottom: 0.3rem; }
+table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.92rem; }
+td, th { border: 1px solid #d0d7de; padding: 0.25rem 0.5rem; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; }
+blockquote { margin: 0.6rem 0; padding: 0.3rem 0.9rem; border-left: 4px solid #d0d7de; color: #57606a; }
+.badge { display: inline-block; color: white; border-radius: 0.8rem; padding: 0.05rem 0.6rem; font-weight: 600;
+         font-size: 0.85rem; }
+img { max-width: 100%; border: 1px solid #d0d7de; margin: 0.4rem 0; }
+pre { background: #f6f8fa; padding: 0.6rem; overflow-x: auto; font-size: 0.85rem; white-space: pre-wrap; }
+.muted { color: #57606a; font-size: 0.9rem; }
+"""
+
+
+def _badge(verdict: str) -> str:
+    colour = _COLOURS.get(verdict, "#6e7781")
+    return f'<span class="badge" style="background:{colour}">{html.escape(verdict)}</span>'
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        shown = ", ".join(_fmt(v) for v in value[:12])
+        return f"[{shown}{', …' if len(value) > 12 else ''}]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _table(rows: dict[str, Any], header: tuple[str, str]) -> str:
+    if not rows:
+        return ""
+    body = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v))}</td></tr>" for k, v in rows.items())
+    return f"<table><tr><th>{header[0]}</th><th>{header[1]}</th></tr>{body}</table>"
+
+
+def _figure(run_dir: Path, rel: str) -> str:
+    path = run_dir / rel
+    if not path.exists():
+        return f'<p class="muted">figure missing: {html.escape(rel)}</p>'
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(rel)}" src="data:image/png;base64,{data}">'
+
+
+def render(results: dict[str, Any], run_dir: Path) -> str:
+    """The report's HTML for a results dict (as in ``results.json``) whose figures live under ``run_dir``."""
+    exps: list[dict[str, Any]] = list(results.get("experiments", {}).values())
+    counts = {v: sum(e.get("verdict") == v for e in exps) for v in _COLOURS}
+    env = results.get("environment", {})
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>implicit-em claims audit</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>Claims audit</h1>",
+        "<p class='muted'>“Gradient Descent as Implicit EM in Distance-Based Neural Models” and its reviews, each "
+        "claim tested by an experiment that ends in a verdict decided by the numbers shown. "
+        f"Size: <b>{html.escape(str(results.get('size')))}</b>, seed {html.escape(str(results.get('seed')))}.</p>",
+        "<p>" + " ".join(f"{_badge(v)} {n}" for v, n in counts.items() if n) + "</p>",
+        "<table><tr><th>experiment</th><th>source</th><th>verdict</th><th>summary</th></tr>",
+    ]
+    for e in exps:
+        parts.append(
+            f"<tr><td><a href='#{html.escape(e['name'])}'>{html.escape(e.get('title', e['name']))}</a></td>"
+            f"<td>{html.escape(e.get('source', ''))}</td><td>{_badge(e.get('verdict', 'ERROR'))}</td>"
+            f"<td>{html.escape(e.get('summary', ''))}</td></tr>"
+        )
+    parts.append("</table>")
+    for e in exps:
+        parts += [
+            f"<h2 id='{html.escape(e['name'])}'>{html.escape(e.get('title', e['name']))} "
+            f"{_badge(e.get('verdict', ''))}</h2>",
+            f"<p class='muted'>{html.escape(e.get('source', ''))} · experiment <code>{html.escape(e['name'])}</code>"
+            f" · {float(e.get('seconds', 0.0)):.1f} s</p>",
+            f"<blockquote>{html.escape(e.get('claim', ''))}</blockquote>",
+            f"<p><b>Verdict.</b> {html.escape(e.get('summary', ''))}</p>",
+            _table(e.get("metrics", {}), ("measured", "value")),
+            _table(e.get("thresholds", {}), ("threshold", "value")),
+            *(_figure(run_dir, f) for f in e.get("figures", [])),
+        ]
+        if e.get("details"):
+            parts.append(f"<pre>{html.escape(e['details'])}</pre>")
+    parts.append("<h2>Environment</h2>" + _table(env, ("", "")))
+    parts.append("</body></html>")
+    return "\n".join(p for p in parts if p)
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write ``report.html`` from ``results.json`` in ``run_dir``; returns its path."""
+    run = Path(run_dir)
+    results = json.loads((run / "results.json").read_text())
+    out = run / "report.html"
+    out.write_text(render(results, run))
+    return out
