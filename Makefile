@@ -29,6 +29,7 @@ install: $(VENV)/.installed-test
 
 demo: $(VENV)/.installed-demo
 	$(BIN)/implicit-em demo
+	$(BIN)/implicit-em audit --quick --out runs/audit
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q

@@ -132,3 +132,15 @@ def test_cli_audit_lists_and_runs_one_experiment(tmp_path: Path, capsys: pytest.
     out = capsys.readouterr().out
     assert "SUPPORTED" in out and "report.html" in out
     assert main(["report", str(tmp_path / "a")]) == 0
+
+
+def test_specialisation_verdict_follows_the_rates(tmp_path: Path) -> None:
+    from implicit_em.experiments import specialisation
+
+    r = specialisation.run(_ctx(tmp_path))
+    m = r.metrics
+    rates = sorted((m["specialisation rate, gd"], m["specialisation rate, prototypes"]))
+    expected = "SUPPORTED" if rates[0] >= 0.8 else ("PARTIAL" if rates[1] >= 0.5 else "REFUTED")
+    assert r.verdict == expected
+    assert all(-1.0 <= a <= 1.0 for a in m["ARI per seed, prototypes"])
+    _figures_exist(r, tmp_path)

@@ -97,7 +97,7 @@ def run(ctx: Context) -> Result:
     lo = min(h["loglik"] for gm in fits.values() for h in gm.history_[1:] if np.isfinite(h["loglik"]))
     ax.set_ylim(max(lo, target - 1.0), target + 0.05)
     ax.legend(fontsize=8)
-    ax.set_title("same objective, different paths")
+    ax.set_title("mean train log-likelihood per pass, from one start")
     fig.tight_layout()
     path = ctx.figure_path("same_optimum.png")
     fig.savefig(path, dpi=110)
