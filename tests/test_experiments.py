@@ -33,7 +33,7 @@ def _figures_exist(result: Result, tmp_path: Path) -> None:
 def test_registry_discovers_experiments_in_order_with_unique_names() -> None:
     names = [e.name for e in EXPERIMENTS]
     assert len(names) == len(set(names))
-    assert names[:4] == ["theorem1", "gd_vs_em_step", "same_optimum", "volume_collapse"]
+    assert names[:5] == ["theorem1", "gd_vs_em_step", "same_optimum", "specialisation", "volume_collapse"]
     for e in EXPERIMENTS:
         assert e.claim and e.source and callable(e.run)
     with pytest.raises(ValueError, match="unknown experiment"):
@@ -144,3 +144,24 @@ def test_specialisation_verdict_follows_the_rates(tmp_path: Path) -> None:
     assert r.verdict == expected
     assert all(-1.0 <= a <= 1.0 for a in m["ARI per seed, prototypes"])
     _figures_exist(r, tmp_path)
+
+
+def test_runner_uses_one_thread_for_the_quick_size_and_restores_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    import implicit_em.experiments as ex
+
+    seen: list[int] = []
+
+    def spy(ctx: Context) -> Result:
+        seen.append(torch.get_num_threads())
+        return Result("SUPPORTED", "spy", {"threads": seen[-1]})
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(ex, "EXPERIMENTS", [ex.Experiment("spy", "spy", "a claim", "nowhere", spy)])
+    run_audit(tmp_path / "q", progress=False)
+    run_audit(tmp_path / "t", progress=False, threads=2, quick=False)
+    assert seen == [1, 2]
+    assert torch.get_num_threads() == before

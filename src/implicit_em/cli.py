@@ -162,7 +162,7 @@ def _audit(args: argparse.Namespace) -> int:
             print(f"{exp.name:<24}{exp.source}")
         return 0
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
-    state = run_audit(args.out, quick=not args.full, only=only, force=args.force, seed=args.seed)
+    state = run_audit(args.out, quick=not args.full, only=only, force=args.force, seed=args.seed, threads=args.threads)
     exps = state["experiments"]
     print(f"\nclaims audit ({state['size']}), {len(exps)} experiments:")
     for e in exps.values():
@@ -187,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     audit.add_argument("--only", default=None, help="comma-separated experiment names (default: all)")
     audit.add_argument("--seed", type=int, default=0)
     audit.add_argument("--force", action="store_true", help="rerun experiments already in the run folder")
+    audit.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 quick, torch's full)")
     audit.add_argument("--list", action="store_true", help="list the experiments and exit")
     report = sub.add_parser("report", help="(re)write report.html of an audit run folder")
     report.add_argument("run_dir")
