@@ -61,7 +61,7 @@ class Config:
 
     @classmethod
     def full(cls) -> "Config":
-        """The paper's T = 2000 and five seeds (about 5 minutes on one core)."""
+        """The paper's T = 2000 and five seeds (measured: 173 s on one core; PARTIAL, 12.7σ, 7.6% of the gap)."""
         return cls(length=2000, n_seeds=5)
 
 
@@ -108,7 +108,8 @@ def _decide(m: dict[str, float], sigmas: float) -> tuple[Verdict, str]:
         f"KL(Bayes || model) on a held-out sequence {m['kl_init_mean']:.4f} bits at random initialisation, "
         f"{m['kl_trained_mean']:.4f} after training: improvement {improvement:.4f} bits = "
         f"{m['kl_improvement_in_sigma']:.1f}σ of the baseline (need > {sigmas:g}σ); "
-        f"{100 * m['kl_gap_closed']:.1f}% of the way to the posterior"
+        f"{100 * m['kl_gap_closed']:.1f}% of the way to the posterior; against the pooled spread of init and "
+        f"trained KL it is {m['kl_improvement_in_pooled_sigma']:.1f}σ"
     )
     if improvement > sigmas * sigma:
         return "PARTIAL", (
@@ -187,6 +188,9 @@ def _run(ctx: Context, cfg: Config) -> Result:
     m["kl_improvement"] = m["kl_init_mean"] - m["kl_trained_mean"]
     m["kl_improvement_in_sigma"] = m["kl_improvement"] / m["kl_init_std"] if m["kl_init_std"] > 0 else math.inf
     m["kl_gap_closed"] = m["kl_improvement"] / m["kl_init_mean"]
+    # a stricter reading of "2σ": the spread of a difference of one init draw and one trained draw
+    pooled = math.hypot(m["kl_init_std"], m["kl_trained_std"])
+    m["kl_improvement_in_pooled_sigma"] = m["kl_improvement"] / pooled if pooled > 0 else math.inf
     verdict, summary = _decide(m, cfg.sigmas)
     figure = _figure(ctx, m, init_kl, trained_kl, curves, cfg, task.minimum_loss())
     metrics = {
@@ -202,7 +206,9 @@ def _run(ctx: Context, cfg: Config) -> Result:
         f"{m['minimum_loss']:.3f}: at the paper's settings the model is far from converged (companion notes §B say "
         "so too), so a small KL improvement reflects the optimiser budget as much as the dynamics. KL on the training "
         f"sequence itself: {m['kl_trained_on_training_sequence_mean']:.4f} bits. σ is the spread of the "
-        "random-initialisation baseline over seeds; with few seeds it is itself uncertain."
+        "random-initialisation baseline over seeds; with few seeds it is itself uncertain. The trained KL varies "
+        "far more across seeds than the baseline, so the stricter pooled-σ reading can fail where the stated rule "
+        "passes (measured at the full size: 12.7σ by the rule, 0.95σ pooled; one seed drove most of the gain)."
     )
     return Result(verdict, summary, metrics, thresholds, [figure], details)
 
