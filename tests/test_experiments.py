@@ -165,3 +165,20 @@ def test_runner_uses_one_thread_for_the_quick_size_and_restores_the_setting(
     run_audit(tmp_path / "t", progress=False, threads=2, quick=False)
     assert seen == [1, 2]
     assert torch.get_num_threads() == before
+
+
+def test_cli_audit_defaults_to_the_quick_size(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import implicit_em.experiments as ex
+    from implicit_em.cli import main
+
+    sizes: list[bool] = []
+
+    def spy(ctx: Context) -> Result:
+        sizes.append(ctx.quick)
+        return Result("SUPPORTED", "spy", {})
+
+    monkeypatch.setattr(ex, "EXPERIMENTS", [ex.Experiment("spy", "spy", "a claim", "nowhere", spy)])
+    assert main(["audit", "--out", str(tmp_path / "a")]) == 0
+    assert main(["audit", "--full", "--out", str(tmp_path / "b")]) == 0
+    assert main(["audit", "--quick", "--out", str(tmp_path / "c")]) == 0
+    assert sizes == [True, False, True]

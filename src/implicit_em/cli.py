@@ -183,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = audit.add_mutually_exclusive_group()
     size.add_argument("--quick", dest="full", action="store_false", help="quick sizes, seconds each (default)")
     size.add_argument("--full", dest="full", action="store_true", help="full sizes (minutes each)")
+    audit.set_defaults(full=False)
     audit.add_argument("--out", default="runs/audit", help="run folder (default: runs/audit)")
     audit.add_argument("--only", default=None, help="comma-separated experiment names (default: all)")
     audit.add_argument("--seed", type=int, default=0)

@@ -11,9 +11,10 @@ minimised by W → 0, i.e. Σ growing without bound (all distances shrink to zer
 Σ makes every distance larger, so it is not what happens.
 
 Verdict: SUPPORTED if without the volume term log det Σ grows by more than log(100) while the objective keeps
-improving, with it Σ converges to Σ_data (relative error ≤ 5%), and Σ does not shrink; PARTIAL if the first two
-hold but the direction is the opposite of the one the claim describes (Σ grows rather than shrinks): the volume
-term is needed, for a different reason than the one given; REFUTED if training without it does not degenerate.
+improving (better at the last epoch than at the first, and in at least 70% of epochs; late epochs are noisy),
+with it Σ converges to Σ_data (relative error ≤ 5%), and Σ does not grow but shrinks (the claim's direction);
+PARTIAL if the first two hold but Σ grows rather than shrinks: the volume term is needed, for a different reason
+than the one given; REFUTED if training without it does not degenerate.
 """
 
 import numpy as np
@@ -82,7 +83,7 @@ def run(ctx: Context) -> Result:
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
-    degenerates = growth > np.log(100) and improving >= 0.9
+    degenerates = growth > np.log(100) and obj_off[-1] > obj_off[0] and improving >= 0.7
     healthy = rel_err <= 0.05
     shrinks = ld_off[-1] < ld_off[0]
     verdict: Verdict
@@ -112,7 +113,11 @@ def run(ctx: Context) -> Result:
             "epochs": epochs,
             "n": n,
         },
-        {"growth without volume must exceed": float(np.log(100)), "relative error with volume at most": 0.05},
+        {
+            "growth without volume must exceed": float(np.log(100)),
+            "share of epochs with improving objective at least": 0.7,
+            "relative error with volume at most": 0.05,
+        },
         [relative_figure(ctx, path)],
         details="With the volume term the energy is ½‖W(x−μ)‖² − log|det W| = ½(x−μ)ᵀΣ⁻¹(x−μ) + ½ log det Σ + const: "
         "the log-det term penalises large volume and the distance term penalises small volume. Dropping the "
