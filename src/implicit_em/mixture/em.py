@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from implicit_em.mixture import distributed
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._stats import (
     MixtureParams,
@@ -44,14 +45,21 @@ class FitResult(NamedTuple):
     interrupted: bool
 
 
-def full_pass(data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor, batch_size: int) -> Summary:
-    """One E-step over all the data: the summed statistics (float64) and the summed log-likelihood."""
+def full_pass(
+    data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor, batch_size: int, sync: bool = True
+) -> Summary:
+    """One E-step over all the data: the summed statistics (float64) and the summed log-likelihood; in a
+    process group (and unless ``sync=False``), summed over every process's shard
+    (:mod:`implicit_em.mixture.distributed`)."""
     a = score_matrix(params, covariance_type, shift).to(data.dtype)
     total: Summary | None = None
     for x in data.batches(batch_size):
         part, _ = summarize(x, a, shift)
         total = part if total is None else total + part
-    if total is None:
+    if sync and distributed.active():  # every process's statistics summed; a process without data adds zeros
+        k, d = params.means.shape
+        total = distributed.all_reduce_summary(total or distributed.zero_summary(k, d, params.means.device))
+    if total is None or float(total.n) == 0:
         raise ValueError("X has no samples")
     return total
 
@@ -68,14 +76,16 @@ def fit_em(
     batch_size: int,
     lower_bound: float = -math.inf,
     callback: Callback | None = None,
+    sync: bool = True,
 ) -> FitResult:
-    """Batch EM from ``params`` until |Δ mean log-likelihood| < tol or ``max_iter`` iterations."""
+    """Batch EM from ``params`` until |Δ mean log-likelihood| < tol or ``max_iter`` iterations (over every
+    process's shard in a process group unless ``sync=False``)."""
     converged, n_iter = False, 0
     try:
         for n_iter in range(1, max_iter + 1):
             t0 = time.perf_counter()
             prev = lower_bound
-            summary = full_pass(data, params, covariance_type, shift, batch_size)
+            summary = full_pass(data, params, covariance_type, shift, batch_size, sync)
             lower_bound = float(summary.loglik / summary.n)
             params = from_summaries(summary, shift, reg_covar, covariance_type, params.means.dtype)
             if callback is not None:

@@ -20,7 +20,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import Tensor
 
-from implicit_em.mixture import _stats
+from implicit_em.mixture import _stats, distributed
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._stats import COVARIANCE_TYPES, MixtureParams
 from implicit_em.mixture.em import FitResult, fit_em
@@ -193,14 +193,23 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def _fit(self, X: Any) -> "GaussianMixture":
         self._check_parameters()
         data = self._source(X, reset=True)
-        if data.n_samples is not None and data.n_samples < self.n_components:
+        group = distributed.active()
+        if group and self.fitter != "em":
+            raise NotImplementedError(
+                f'fitter="{self.fitter}" is not distributed (it steps per mini-batch); in a process group use '
+                'fitter="em", whose statistics are summed over all processes'
+            )
+        n_total = distributed.total_count(data.n_samples, data.device) if data.n_samples is not None else None
+        if n_total is not None and n_total < self.n_components:
             raise ValueError(
-                f"Expected n_samples >= n_components but got n_components = {self.n_components}, "
-                f"n_samples = {data.n_samples}"
+                f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {n_total}"
             )
         rng = check_random_state(self.random_state)
         do_init = not (self.warm_start and hasattr(self, "converged_"))
         shift, scale = self._shift_scale(data, rng) if do_init else (self._shift, self._scale)
+        if group:  # rank 0's shift and scale everywhere: the statistics must share one coordinate system
+            shift = distributed.broadcast_tensor(shift)
+            scale = float(distributed.broadcast_tensor(torch.tensor(scale, dtype=torch.float64)))
         self._shift, self._scale = shift, scale
         if data.n_features is not None:
             self.n_features_in_ = data.n_features
@@ -208,7 +217,12 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         best: FitResult | None = None
         best_history: list[dict[str, Any]] = []
         for _ in range(self.n_init if do_init else 1):
-            params = self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
+            if do_init and group:  # rank 0 initialises from its sample; every process starts from that
+                params = distributed.broadcast_object(
+                    self._initial_params(data, rng, shift) if distributed.rank() == 0 else None
+                )
+            else:
+                params = self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
             history: list[dict[str, Any]] = []
             if generator is None:  # drawn after the first start, so "em" draws exactly what sklearn draws
                 generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)) if self.fitter != "em" else 0)
@@ -311,7 +325,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         generator: torch.Generator,
         history: list[dict[str, Any]],
     ) -> FitResult:
-        bar = _progress(self.verbose, self.max_iter, self.fitter)
+        bar = _progress(self.verbose if distributed.rank() == 0 else 0, self.max_iter, self.fitter)
 
         def callback(epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
             history.append(

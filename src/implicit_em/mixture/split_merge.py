@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from implicit_em.mixture import _stats
+from implicit_em.mixture import _stats, distributed
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._stats import MixtureParams
 from implicit_em.mixture.em import Callback, FitResult, fit_em
@@ -101,6 +101,7 @@ def two_gaussians(x: Tensor, reg_covar: float = 1e-6, max_iter: int = 30, tol: f
         max_iter=max_iter,
         shift=mean,
         batch_size=n,
+        sync=False,  # a local fit on one process's sample, never summed across processes
     )
     p = fit.params
     two = _stats.summarize(x, _stats.score_matrix(p, "full", mean), mean)[0].loglik / n
@@ -170,7 +171,9 @@ def fit_split_merge(
     best = result
     while trials < n_trials and not best.interrupted:
         moved = False
-        for move in candidates(sample, best.params, covariance_type, shift):
+        # rank 0 proposes from its sample and every process tries the same moves (EM itself is summed over all)
+        moves = candidates(sample, best.params, covariance_type, shift) if distributed.rank() == 0 else None
+        for move in distributed.broadcast_object(moves):
             if trials >= n_trials:
                 break
             trials += 1
