@@ -57,8 +57,8 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-def test_em_over_two_processes_equals_em_on_all_the_data(tmp_path: Path) -> None:
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+def test_em_over_two_processes_equals_em_on_all_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))  # loopback: no network
     mp.spawn(_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, join=True)
     ranks = [np.load(tmp_path / f"rank{r}.npz") for r in range(WORLD)]
     single = GaussianMixture(4, split_merge=0, tol=1e-8, random_state=0, **_start()).fit(_data())
