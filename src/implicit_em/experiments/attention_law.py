@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from implicit_em.experiments._base import Context, Experiment, Result, Verdict, relative_figure
+from implicit_em.experiments._base import Context, Experiment, Result, Verdict, relative_figure, torch_threads
 from implicit_em.probes import AttentionProbe, routing_law, value_law
 from implicit_em.windtunnel.models import Block, CausalSelfAttention, CausalTransformer
 from implicit_em.windtunnel.tasks import BijectionTask, bijection_entropy_without_replacement
@@ -218,12 +218,8 @@ def _figure(ctx: Context, points: dict[str, Tensor], theorem1: list[float], loss
 
 
 def run(ctx: Context) -> Result:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is as fast, and on a shared 2-core machine it never stalls
-    try:
+    with torch_threads(1):
         return _run(ctx)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(ctx: Context) -> Result:

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from implicit_em.distances import Prototypes
-from implicit_em.experiments._base import Context, Experiment, Result, Verdict, relative_figure
+from implicit_em.experiments._base import Context, Experiment, Result, Verdict, relative_figure, torch_threads
 from implicit_em.objectives import constrained_cross_entropy
 from implicit_em.probes import HeadProbe
 
@@ -190,12 +190,8 @@ def _figure(ctx: Context, arms: dict[str, dict[str, Any]], cfg: Config, k: int) 
 
 
 def run(ctx: Context) -> Result:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small matrices: one thread is as fast, and on a shared 2-core machine it never stalls
-    try:
+    with torch_threads(1):
         return _run(ctx)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(ctx: Context) -> Result:

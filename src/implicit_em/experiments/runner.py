@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from implicit_em.experiments._base import Context, Experiment, Result
+from implicit_em.experiments._base import Context, Experiment, Result, torch_threads
 
 
 def _environment() -> dict[str, Any]:
@@ -80,12 +80,8 @@ def run_audit(
     state: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     if state.get("size") != size or state.get("seed") != seed:
         state = {"size": size, "seed": seed, "experiments": {}}
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads or (1 if quick else before))
-    try:
+    with torch_threads(threads or (1 if quick else torch.get_num_threads())):
         return _run(out, path, state, select(EXPERIMENTS, only), quick, seed, force, progress)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run(

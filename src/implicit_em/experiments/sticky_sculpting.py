@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from implicit_em.experiments._base import Context, Experiment, Result, Verdict, relative_figure
+from implicit_em.experiments._base import Context, Experiment, Result, Verdict, relative_figure, torch_threads
 from implicit_em.probes.attention import attention
 from implicit_em.windtunnel.metrics import kl_bits
 from implicit_em.windtunnel.tasks import StickyMarkovTask, StickySequence
@@ -153,12 +153,8 @@ def _figure(ctx: Context, m: dict[str, float], init: list[float], trained: list[
 
 
 def run(ctx: Context, config: Config | None = None) -> Result:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: a second thread only spin-waits on 2 shared cores
-    try:
+    with torch_threads(1):
         return _run(ctx, config if config is not None else (Config.quick() if ctx.quick else Config.full()))
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(ctx: Context, cfg: Config) -> Result:
