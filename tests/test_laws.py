@@ -336,6 +336,14 @@ def test_identity_residual_equals_the_old_objectives_version(dtype: torch.dtype)
         assert torch.equal(new, _old_identity_residual(objective, d, **kwargs))  # type: ignore[arg-type]
 
 
+def test_identity_residual_is_exported_at_the_top_level() -> None:
+    import implicit_em
+    import implicit_em.laws
+
+    assert implicit_em.identity_residual is implicit_em.laws.identity_residual
+    assert "identity_residual" in implicit_em.__all__
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_attention_laws_equal_the_old_probes_versions(keep: bool) -> None:
     a = _attention(30, keep)
@@ -392,20 +400,3 @@ def test_theorem1_residual_equals_its_old_re_implementation(dtype: torch.dtype, 
     log_w = torch.log_softmax(torch.randn(10, generator=_gen(41), dtype=F64), 0).to(dtype)
     for lw, sign in ((None, -1.0), (log_w, -1.0), (log_w, 1.0)):
         assert _residual(d, lw, sign) == _old_theorem1_residual(d, lw, sign)
-
-
-def test_frozen_copies_equal_the_live_old_paths() -> None:
-    """Temporary (deleted with the old paths): the frozen copies above are the old code."""
-    from implicit_em.objectives import identity_residual as live_identity_residual
-    from implicit_em.probes.laws import routing_law as live_routing_law
-    from implicit_em.probes.laws import value_law as live_value_law
-
-    for dtype in (torch.float64, torch.float32):
-        for objective, d, kwargs in _identity_cases(dtype):
-            old = live_identity_residual(objective, d, **kwargs)  # type: ignore[arg-type]
-            assert torch.equal(old, _old_identity_residual(objective, d, **kwargs))  # type: ignore[arg-type]
-    for keep in (False, True):
-        a = _attention(30, keep)
-        w, u, m = torch.softmax(a["s"], -1), _upstream(a), a["m"] if keep else None
-        assert torch.equal(live_routing_law(w, a["v"], u, m), _old_routing_law(w, a["v"], u, m))
-        assert torch.equal(live_value_law(w, u, m), _old_value_law(w, u, m))
