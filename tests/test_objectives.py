@@ -12,10 +12,10 @@ from hypothesis.extra.numpy import array_shapes, arrays
 
 import implicit_em
 from implicit_em._checks import check_distances
+from implicit_em.laws import identity_residual
 from implicit_em.objectives import (
     constrained_cross_entropy,
     correntropy,
-    identity_residual,
     independent_sigmoid_bce,
     lse,
     mixture_nll,

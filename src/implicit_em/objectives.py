@@ -16,7 +16,6 @@ gives ``lse = -inf`` and NaN responsibilities.
 """
 
 import math
-from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -31,7 +30,6 @@ __all__ = [
     "correntropy",
     "gaussian_energies",
     "gaussian_mixture_log_likelihood",
-    "identity_residual",
     "independent_sigmoid_bce",
     "log_det_whitening",
     "lse",
@@ -245,53 +243,6 @@ def independent_sigmoid_bce(z: Float[Tensor, "*batch k"], targets: Tensor, dim: 
     check_finite("z", z)
     t = _target_distribution(targets, z, dim, 0.0)
     return F.binary_cross_entropy_with_logits(z, t, reduction="none").sum(dim=dim)
-
-
-def identity_residual(
-    objective: Callable[..., Tensor],
-    d: Tensor,
-    regime: Regime = "lse",
-    target: Tensor | None = None,
-    log_weights: Tensor | None = None,
-    label_smoothing: float = 0.0,
-    dim: int = -1,
-) -> Tensor:
-    r"""Check an objective's gradient against the responsibility law of its regime, by autograd.
-
-    Runs ``objective`` on a copy of ``d`` (called as ``objective(d)``, or ``objective(d, target)`` in the
-    constrained regime), differentiates the sum over rows, and returns :math:`\max |\partial L/\partial d - g|`
-    where the expected gradient g is
-
-    - ``"lse"``: :math:`-r` (L = log Σ π exp(−d), maximised);
-    - ``"mixture_nll"``: :math:`+r` (the minimised negative log marginal likelihood);
-    - ``"constrained"``: :math:`t - r` with t the target distribution (one-hot or soft, after label smoothing)
-      and :math:`r = \mathrm{softmax}(-d)`.
-
-    with :math:`r = \mathrm{softmax}(\log\pi - d)` (``log_weights`` optional).
-
-    Returns:
-        the max absolute residual, a 0-dim tensor (call ``.item()`` yourself).
-    """
-    if regime not in ("lse", "mixture_nll", "constrained"):
-        raise ValueError(f"regime must be 'lse', 'mixture_nll' or 'constrained', got {regime!r}")
-    d_ = d.detach().clone().requires_grad_(True)
-    with torch.enable_grad():
-        if regime == "constrained":
-            if target is None:
-                raise ValueError("the constrained regime needs a target")
-            out = objective(d_, target)
-        else:
-            out = objective(d_)
-        (grad,) = torch.autograd.grad(out.sum(), d_)
-    r = responsibilities(d.detach(), None if regime == "constrained" else log_weights, dim=dim)
-    if regime == "lse":
-        expected = -r
-    elif regime == "mixture_nll":
-        expected = r
-    else:
-        assert target is not None
-        expected = _target_distribution(target, d, dim, label_smoothing) - r
-    return (grad - expected).abs().amax()
 
 
 # --------------------------------------------------------------------------------------------------------------

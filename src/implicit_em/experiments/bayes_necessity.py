@@ -22,7 +22,7 @@ and after training, that its output objective has no responsibility law: the gra
 does not sum to zero across classes (softmax CE: exactly zero), the cross-class Hessian
 :math:`\partial^2 \ell / \partial z_j \partial z_k` (j != k) is identically zero (no competition; softmax:
 :math:`-r_j r_k`), and the residual against the constrained law :math:`\partial\ell/\partial d = t - r`
-(:func:`implicit_em.objectives.identity_residual`) is reported.
+(:func:`implicit_em.laws.identity_residual`) is reported.
 
 Verdict rule (thresholds in ``Result.thresholds``), with MAE averaged over training seeds:
 
@@ -50,7 +50,8 @@ import torch
 from torch import Tensor, nn
 
 from implicit_em.experiments._base import Context, Experiment, Result, Verdict, relative_figure
-from implicit_em.objectives import constrained_cross_entropy, identity_residual, independent_sigmoid_bce
+from implicit_em.laws import identity_residual
+from implicit_em.objectives import constrained_cross_entropy, independent_sigmoid_bce
 from implicit_em.windtunnel.tasks import Batch, BijectionTask
 from implicit_em.windtunnel.train import TrainResult, WindTunnelConfig, build_model, build_tasks, train
 

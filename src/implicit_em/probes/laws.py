@@ -1,20 +1,11 @@
-r"""Exact gradient laws of softmax attention (DESIGN.md §1, paper §4.2) and the Hopfield read-out identity.
+r"""Per-head residuals of the attention laws, as the attention probe reduces them (paper §4.2).
 
-For one head with scores :math:`s_{ij}`, weights :math:`\alpha_i = \mathrm{softmax}(s_i)`, output
-:math:`o_i = \sum_j \tilde\alpha_{ij} v_j` and upstream gradient :math:`u_i = \partial\ell/\partial o_i`:
+The laws themselves (routing, value, Hopfield) are pure functions in :mod:`implicit_em.laws`; this module holds
+what only the probe needs: reductions per head of a (B, H, ...) tensor, the summary-mode routing residual that
+allocates a single T x S buffer, and the Hopfield residual on recorded (masked) scores.
 
-.. math::
-    b_{ij} = u_i \cdot v_j, \qquad
-    \frac{\partial \ell}{\partial s_{ij}}
-        = \alpha_{ij}\Big(\tilde b_{ij} - \sum_k \alpha_{ik} \tilde b_{ik}\Big)
-    \quad\text{(routing law)}, \qquad
-    \frac{\partial \ell}{\partial v_j} = \sum_i \tilde\alpha_{ij} u_i \quad\text{(value law)}.
-
-Without dropout :math:`\tilde\alpha = \alpha` and :math:`\tilde b = b`. With attention dropout the weights are
-multiplied by :math:`m_{ij} = \mathrm{Bernoulli}(1-p)/(1-p)` (``keep``): :math:`\tilde\alpha = m \odot \alpha`
-and :math:`\tilde b = m \odot b`, the dropout-aware form of the routing law.
-
-Shapes: weights and scores (B, H, T, S); value (B, H, S, Dv); upstream (B, H, T, Dv).
+Shapes: weights and scores (B, H, T, S); value (B, H, S, Dv); upstream (B, H, T, Dv); query (B, H, T, E);
+key (B, H, S, E).
 """
 
 from __future__ import annotations
@@ -22,19 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
-def routing_law(weights: Tensor, value: Tensor, upstream: Tensor, keep: Tensor | None = None) -> Tensor:
-    """The score gradient the routing law predicts, shape (..., T, S)."""
-    b = torch.matmul(upstream, value.transpose(-2, -1))  # (..., T, S): b_ij = u_i . v_j
-    if keep is not None:
-        b = b * keep
-    return weights * (b - (weights * b).sum(dim=-1, keepdim=True))
-
-
-def value_law(weights: Tensor, upstream: Tensor, keep: Tensor | None = None) -> Tensor:
-    """The value gradient the value law predicts, shape (..., S, Dv)."""
-    dropped = weights if keep is None else weights * keep
-    return torch.matmul(dropped.transpose(-2, -1), upstream)
+from implicit_em.laws import hopfield_law
 
 
 def per_head_max(x: Tensor) -> Tensor:
@@ -55,7 +34,11 @@ def per_head_norm(x: Tensor) -> Tensor:
 def routing_law_residual(
     grad_scores: Tensor, weights: Tensor, value: Tensor, upstream: Tensor, keep: Tensor | None = None
 ) -> Tensor:
-    """Max |dl/ds − routing law| per head, shape (H,); the cheap form used in summary mode (one T x S buffer)."""
+    """Max |dl/ds − routing law| per head, shape (H,); the cheap form used in summary mode (one T x S buffer).
+
+    The same numbers as ``per_head_max(grad_scores - implicit_em.laws.routing_law(weights, value, upstream, keep))``
+    (a test pins the two), computed in place.
+    """
     b = torch.matmul(upstream, value.transpose(-2, -1))  # (B, H, T, S), the only T x S allocation
     if keep is not None:
         b.mul_(keep)
@@ -91,5 +74,5 @@ def hopfield_residual(query: Tensor, key: Tensor, scores: Tensor, scale: float) 
         (grad_q,) = torch.autograd.grad(energy.sum(), q)
     with torch.no_grad():
         weights = torch.softmax(s.masked_fill(~alive, 0.0), dim=-1) * alive
-        readout = torch.matmul(weights, k)  # (B, H, T, E): the read-out with values = keys
+        readout = hopfield_law(weights, k)  # (B, H, T, E): the read-out with values = keys
         return per_head_max((grad_q / scale - readout) * alive)
