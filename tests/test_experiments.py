@@ -1,27 +1,31 @@
-"""The claims audit: the runner, the report, the CLI, and the quick mode of the lead's experiments (the other
-experiments have their own test files)."""
+"""The claims audit's protocol (criteria, configs, context, registry) and the quick mode of the lead's experiments
+(the other experiments have their own test files; the runner has test_experiments_runner.py)."""
 
+import dataclasses
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from implicit_em.experiments import (
     EXPERIMENTS,
     Context,
+    Experiment,
     Result,
+    criterion,
     gd_vs_em_step,
-    run_audit,
     same_optimum,
     select,
     theorem1,
     volume_collapse,
 )
-from implicit_em.report import write_report
+from implicit_em.experiments._provenance import config_dict, config_hash
 
 
 def _ctx(tmp_path: Path) -> Context:
-    return Context(quick=True, seed=0, figure_dir=tmp_path / "figures")
+    return Context(tmp_path)
 
 
 def _figures_exist(result: Result, tmp_path: Path) -> None:
@@ -30,14 +34,37 @@ def _figures_exist(result: Result, tmp_path: Path) -> None:
         assert (tmp_path / rel).stat().st_size > 1000
 
 
-def test_registry_discovers_experiments_in_order_with_unique_names() -> None:
-    names = [e.name for e in EXPERIMENTS]
-    assert len(names) == len(set(names))
-    assert names[:5] == ["theorem1", "gd_vs_em_step", "same_optimum", "specialisation", "volume_collapse"]
-    for e in EXPERIMENTS:
-        assert e.claim and e.source and callable(e.run)
-    with pytest.raises(ValueError, match="unknown experiment"):
-        select(EXPERIMENTS, ["no_such_claim"])
+# --- criteria ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("comparison", "passing", "failing"),
+    [("<=", 2.0, 2.5), (">=", 2.0, 1.5), ("<", 1.5, 2.0), (">", 2.5, 2.0), ("==", 2.0, 2.0000001)],
+)
+def test_criterion_passes_and_fails_by_its_comparison(comparison: Any, passing: float, failing: float) -> None:
+    ok = criterion("m", passing, comparison, 2.0)
+    bad = criterion("m", failing, comparison, 2.0)
+    assert ok.passed and not bad.passed
+    assert (ok.metric, ok.comparison, ok.threshold, ok.measured) == ("m", comparison, 2.0, passing)
+
+
+@pytest.mark.parametrize("comparison", ["<=", ">=", "<", ">", "=="])
+def test_a_nan_measurement_fails_every_comparison(comparison: Any) -> None:
+    assert not criterion("m", math.nan, comparison, 0.0).passed
+
+
+def test_criterion_rejects_an_unknown_comparison() -> None:
+    with pytest.raises(ValueError, match="comparison"):
+        criterion("m", 1.0, "~", 1.0)  # type: ignore[arg-type]
+
+
+def test_criteria_are_recorded_in_the_result_as_json() -> None:
+    res = Result("REFUTED", "s", {"x": 3.0}, [criterion("x", 3.0, "<=", 1.0), criterion("y", math.inf, ">", 0)])
+    d = json.loads(json.dumps(res.to_dict()))
+    assert d["criteria"] == [
+        {"metric": "x", "comparison": "<=", "threshold": 1.0, "measured": 3.0, "passed": False},
+        {"metric": "y", "comparison": ">", "threshold": 0.0, "measured": "inf", "passed": True},
+    ]
 
 
 def test_result_rejects_an_unknown_verdict_and_makes_json_safe() -> None:
@@ -48,19 +75,136 @@ def test_result_rejects_an_unknown_verdict_and_makes_json_safe() -> None:
     assert d["metrics"] == {"x": "nan", "y": [1.0, "inf"]}
 
 
+# --- configs and the registry -------------------------------------------------------------------------------------
+
+
+def test_registry_lists_the_experiments_in_report_order() -> None:
+    assert [e.name for e in EXPERIMENTS] == [
+        "theorem1",
+        "gd_vs_em_step",
+        "same_optimum",
+        "specialisation",
+        "volume_collapse",
+        "attention_law",
+        "cross_entropy_regime",
+        "bayes_necessity",
+        "sticky_sculpting",
+    ]
+    for e in EXPERIMENTS:
+        assert e.claim and e.source and callable(e.run)
+    with pytest.raises(ValueError, match="unknown experiment"):
+        select(EXPERIMENTS, ["no_such_claim"])
+    assert [e.name for e in select(EXPERIMENTS, ["volume_collapse", "theorem1"])] == ["theorem1", "volume_collapse"]
+
+
+@pytest.mark.parametrize("exp", EXPERIMENTS, ids=lambda e: e.name)
+def test_config_sizes_are_frozen_distinct_and_json(exp: Experiment[Any]) -> None:
+    quick, full = exp.Config.quick(), exp.Config.full()
+    assert quick != full  # full() is a different size, not the default again
+    for cfg in (quick, full):
+        assert cfg.seed == 0
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            cfg.seed = 1  # type: ignore[misc]
+        assert json.loads(json.dumps(config_dict(cfg))) == config_dict(cfg)
+        assert len(config_hash(cfg)) == 64
+    assert config_hash(quick) != config_hash(full)
+
+
+@pytest.mark.parametrize("exp", EXPERIMENTS, ids=lambda e: e.name)
+def test_the_seed_goes_into_the_resolved_config(exp: Experiment[Any]) -> None:
+    cfg = exp.config(quick=True, seed=7)
+    assert cfg.seed == 7
+    assert dataclasses.replace(cfg, seed=0) == exp.Config.quick()
+    assert exp.config(quick=False, seed=2) == dataclasses.replace(exp.Config.full(), seed=2)
+
+
+def test_config_hash_is_sha256_of_canonical_json_and_changes_with_a_threshold() -> None:
+    import hashlib
+
+    @dataclasses.dataclass(frozen=True)
+    class Tiny:
+        seed: int = 0
+        tol: float = 0.5
+        sizes: tuple[int, ...] = (1, 2)
+
+    expected = hashlib.sha256(b'{"seed":0,"sizes":[1,2],"tol":0.5}').hexdigest()  # sorted keys, no spaces
+    assert config_hash(Tiny()) == expected
+    base = theorem1.Config.quick()
+    assert config_hash(base) == config_hash(theorem1.Config.quick())
+    assert config_hash(dataclasses.replace(base, max_scaled_residual=15.0)) != config_hash(base)
+
+
+def test_an_experiment_needs_a_frozen_config_with_a_seed() -> None:
+    @dataclasses.dataclass
+    class Mutable:
+        seed: int = 0
+
+    @dataclasses.dataclass(frozen=True)
+    class NoSeed:
+        n: int = 0
+
+        @classmethod
+        def quick(cls) -> "NoSeed":
+            return cls()
+
+        @classmethod
+        def full(cls) -> "NoSeed":
+            return cls()
+
+    def run(cfg: Any, ctx: Context) -> Result:
+        return Result("SUPPORTED", "", {})
+
+    with pytest.raises(TypeError, match="frozen dataclass"):
+        Experiment("x", "x", "c", "s", Mutable, run)  # type: ignore[type-var]
+    with pytest.raises(TypeError, match="seed"):
+        Experiment("x", "x", "c", "s", NoSeed, run)  # type: ignore[type-var]
+
+
+# --- the context ---------------------------------------------------------------------------------------------------
+
+
+def test_save_figure_writes_a_png_inside_the_run_folder_and_closes_it(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    ctx = Context(tmp_path / "run")
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    rel = ctx.save_figure(fig, "line")
+    assert rel == "figures/line.png"
+    data = (tmp_path / "run" / rel).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not plt.fignum_exists(fig.number)  # closed
+    assert ctx.save_figure(plt.figure(), "named.png") == "figures/named.png"
+
+
+@pytest.mark.parametrize("name", ["../escape", "sub/x", ""])
+def test_save_figure_refuses_a_name_that_leaves_the_figures_folder(tmp_path: Path, name: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure()
+    with pytest.raises(ValueError, match="plain file name"):
+        Context(tmp_path).save_figure(fig, name)
+    plt.close(fig)
+
+
+# --- the lead's experiments at the quick size ---------------------------------------------------------------------
+
+
 def test_theorem1_holds_to_round_off_in_both_dtypes(tmp_path: Path) -> None:
-    r = theorem1.run(_ctx(tmp_path))
+    r = theorem1.run(theorem1.Config.quick(), _ctx(tmp_path))
     m = r.metrics
     assert r.verdict == "SUPPORTED"
     assert m["max_residual_float64"] < 1e-12
     assert m["max_scaled_residual_float32 (eps·max|d| units)"] <= 16
     assert m["L_minus_gradient_minus_plus_r"] < 1e-12  # the minimisation form has gradient +r
     assert m["L_minus_gradient_minus_minus_r (≈ 2·max r)"] > 1.0  # and not the printed −r
+    (c,) = r.criteria
+    assert c.passed and c.threshold == 16.0
     _figures_exist(r, tmp_path)
 
 
 def test_gd_step_is_not_em_step_but_preconditioned_gd_is(tmp_path: Path) -> None:
-    r = gd_vs_em_step.run(_ctx(tmp_path))
+    r = gd_vs_em_step.run(gd_vs_em_step.Config.quick(), _ctx(tmp_path))
     m = r.metrics
     s1, s2 = m["S_j (soft counts)"]
     assert abs(s1 - s2) > 10  # unequal soft counts, the review's condition
@@ -68,11 +212,12 @@ def test_gd_step_is_not_em_step_but_preconditioned_gd_is(tmp_path: Path) -> None
     assert m["per-component steps: relative error vs EM update"] < 1e-12
     assert m["Xu–Jordan full covariance (D=3, K=4): relative error"] < 1e-10
     assert r.verdict == "REFUTED"
+    assert [c.passed for c in r.criteria] == [False, True]  # no single step matches; the preconditioned one does
     _figures_exist(r, tmp_path)
 
 
 def test_volume_term_verdict_follows_its_numbers(tmp_path: Path) -> None:
-    r = volume_collapse.run(_ctx(tmp_path))
+    r = volume_collapse.run(volume_collapse.Config.quick(), _ctx(tmp_path))
     m = r.metrics
     assert m["growth of log det Σ without volume"] > 4.6  # log 100: the metric degenerates
     assert m["with volume: relative error of Σ"] < 0.05
@@ -83,7 +228,7 @@ def test_volume_term_verdict_follows_its_numbers(tmp_path: Path) -> None:
 
 
 def test_em_and_gd_share_the_fixed_point(tmp_path: Path) -> None:
-    r = same_optimum.run(_ctx(tmp_path))
+    r = same_optimum.run(same_optimum.Config.quick(), _ctx(tmp_path))
     m = r.metrics
     assert m["|held-out em − gd|"] <= 0.01
     assert m["matched means max gap (data std)"] <= 0.1
@@ -93,92 +238,14 @@ def test_em_and_gd_share_the_fixed_point(tmp_path: Path) -> None:
     _figures_exist(r, tmp_path)
 
 
-def test_runner_writes_results_and_report_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "run"
-    state = run_audit(out, only=["theorem1"], progress=False)
-    assert state["experiments"]["theorem1"]["verdict"] == "SUPPORTED"
-    saved = json.loads((out / "results.json").read_text())
-    assert saved["experiments"]["theorem1"]["claim"].startswith("For any objective")
-    html = (out / "report.html").read_text()
-    assert "Theorem 1" in html and "data:image/png;base64," in html and "SUPPORTED" in html
-    first = saved["experiments"]["theorem1"]["seconds"]
-    again = run_audit(out, only=["theorem1"], progress=True)  # resumes: kept, not rerun
-    assert again["experiments"]["theorem1"]["seconds"] == first
-    assert "kept from the earlier run" in capsys.readouterr().err
-    assert write_report(out).exists()
-
-
-def test_runner_records_a_failing_experiment_as_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dataclasses
-
-    import implicit_em.experiments as ex
-
-    def boom(ctx: Context) -> Result:
-        raise RuntimeError("deliberate")
-
-    broken = dataclasses.replace(ex.EXPERIMENTS[0], run=boom)
-    monkeypatch.setattr(ex, "EXPERIMENTS", [broken, *ex.EXPERIMENTS[1:]])
-    state = run_audit(tmp_path / "run", only=[broken.name], progress=False)
-    rec = state["experiments"][broken.name]
-    assert rec["verdict"] == "ERROR" and "deliberate" in rec["summary"] and "Traceback" in rec["details"]
-
-
-def test_cli_audit_lists_and_runs_one_experiment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from implicit_em.cli import main
-
-    assert main(["audit", "--list"]) == 0
-    assert "theorem1" in capsys.readouterr().out
-    assert main(["audit", "--only", "theorem1", "--out", str(tmp_path / "a")]) == 0
-    out = capsys.readouterr().out
-    assert "SUPPORTED" in out and "report.html" in out
-    assert main(["report", str(tmp_path / "a")]) == 0
-
-
 def test_specialisation_verdict_follows_the_rates(tmp_path: Path) -> None:
     from implicit_em.experiments import specialisation
 
-    r = specialisation.run(_ctx(tmp_path))
+    r = specialisation.run(specialisation.Config.quick(), _ctx(tmp_path))
     m = r.metrics
     rates = sorted((m["specialisation rate, gd"], m["specialisation rate, prototypes"]))
     expected = "SUPPORTED" if rates[0] >= 0.8 else ("PARTIAL" if rates[1] >= 0.5 else "REFUTED")
     assert r.verdict == expected
+    assert [c.measured for c in r.criteria] == rates
     assert all(-1.0 <= a <= 1.0 for a in m["ARI per seed, prototypes"])
     _figures_exist(r, tmp_path)
-
-
-def test_runner_uses_one_thread_for_the_quick_size_and_restores_the_setting(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import torch
-
-    import implicit_em.experiments as ex
-
-    seen: list[int] = []
-
-    def spy(ctx: Context) -> Result:
-        seen.append(torch.get_num_threads())
-        return Result("SUPPORTED", "spy", {"threads": seen[-1]})
-
-    before = torch.get_num_threads()
-    monkeypatch.setattr(ex, "EXPERIMENTS", [ex.Experiment("spy", "spy", "a claim", "nowhere", spy)])
-    run_audit(tmp_path / "q", progress=False)
-    run_audit(tmp_path / "t", progress=False, threads=2, quick=False)
-    assert seen == [1, 2]
-    assert torch.get_num_threads() == before
-
-
-def test_cli_audit_defaults_to_the_quick_size(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import implicit_em.experiments as ex
-    from implicit_em.cli import main
-
-    sizes: list[bool] = []
-
-    def spy(ctx: Context) -> Result:
-        sizes.append(ctx.quick)
-        return Result("SUPPORTED", "spy", {})
-
-    monkeypatch.setattr(ex, "EXPERIMENTS", [ex.Experiment("spy", "spy", "a claim", "nowhere", spy)])
-    assert main(["audit", "--out", str(tmp_path / "a")]) == 0
-    assert main(["audit", "--full", "--out", str(tmp_path / "b")]) == 0
-    assert main(["audit", "--quick", "--out", str(tmp_path / "c")]) == 0
-    assert sizes == [True, False, True]

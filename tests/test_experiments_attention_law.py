@@ -6,21 +6,20 @@ import pytest
 import torch
 
 from implicit_em.experiments import EXPERIMENTS, Context, Result
-from implicit_em.experiments.attention_law import EXPERIMENT, ORDER, theorem1_fit
+from implicit_em.experiments.attention_law import EXPERIMENT, Config, theorem1_fit
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
     figures = tmp_path_factory.mktemp("run") / "figures"
     threads = torch.get_num_threads()
-    res = EXPERIMENT.run(Context(quick=True, seed=0, figure_dir=figures))
+    res = EXPERIMENT.run(Config.quick(), Context(figures.parent))
     assert torch.get_num_threads() == threads  # run() works single-threaded and restores the setting
     return res, figures
 
 
-def test_registered_in_order() -> None:
+def test_registered() -> None:
     assert EXPERIMENT in EXPERIMENTS
-    assert ORDER == 40
 
 
 def test_exact_laws_hold_in_float64(result: tuple[Result, Path]) -> None:
@@ -38,11 +37,14 @@ def test_score_gradient_is_not_the_responsibility(result: tuple[Result, Path]) -
 
 def test_verdict_follows_thresholds(result: tuple[Result, Path]) -> None:
     res = result[0]
-    m, t = res.metrics, res.thresholds
-    law_tol = t["law_tol (a, b: relative, float64)"]
+    m, crit = res.metrics, {c.metric: c for c in res.criteria}
+    laws = crit["max relative residual of the value, W_V and routing laws"]
     laws_hold = max(m["value_law_rel_residual_max"], m["w_v_law_rel_residual_max"], m["routing_law_rel_residual_max"])
-    assert laws_hold <= law_tol
-    assert m["theorem1_rel_residual_max"] > t["theorem1_tol (c: SUPPORTED at or below)"]
+    assert laws.measured == laws_hold and laws.threshold == Config.quick().law_tol
+    assert laws.passed and laws_hold <= laws.threshold
+    t1 = crit["theorem1_rel_residual_max"]
+    assert t1.threshold == Config.quick().theorem1_tol
+    assert m["theorem1_rel_residual_max"] > t1.threshold and not t1.passed
     assert res.verdict == "PARTIAL"
 
 

@@ -6,18 +6,17 @@ import pytest
 
 from implicit_em.experiments import EXPERIMENTS
 from implicit_em.experiments._base import Context, Result
-from implicit_em.experiments.bayes_necessity import EXPERIMENT, ORDER, Config, _decide
+from implicit_em.experiments.bayes_necessity import EXPERIMENT, Config, _decide
 from implicit_em.windtunnel.tasks import bijection_no_context_mae
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
     figure_dir = tmp_path_factory.mktemp("run") / "figures"
-    return EXPERIMENT.run(Context(quick=True, seed=0, figure_dir=figure_dir)), figure_dir
+    return EXPERIMENT.run(Config.quick(), Context(figure_dir.parent)), figure_dir
 
 
-def test_is_registered_with_its_order() -> None:
-    assert ORDER == 60
+def test_is_registered() -> None:
     assert EXPERIMENT in EXPERIMENTS
     assert "necessary consequences of the geometry" in EXPERIMENT.claim
 
@@ -26,12 +25,17 @@ def test_verdict_follows_metrics_and_thresholds(result: tuple[Result, Path]) -> 
     res, _ = result
     verdict, summary = _decide(Config.quick(), res.metrics)
     assert res.verdict == verdict and res.summary == summary
-    m, t = res.metrics, res.thresholds
+    m, crit = res.metrics, {c.metric: c for c in res.criteria}
+    cfg = Config.quick()
+    tracks = crit["sigmoid_mae (tracks the posterior)"].threshold
+    as_good = crit["sigmoid_mae (as good as softmax)"].threshold
+    assert tracks == pytest.approx(cfg.learned_fraction * min(m["floor_mae"], m["mlp_mae"]), rel=1e-15)
+    assert as_good == pytest.approx(max(cfg.ratio_tol * m["softmax_mae"], m["softmax_mae"] + cfg.abs_tol), rel=1e-15)
     if res.verdict == "REFUTED":
-        assert m["sigmoid_mae"] <= t["tracks_posterior_mae_max"]
-        assert m["sigmoid_mae"] <= t["sigmoid_as_good_mae_max"] or m["softmax_mae"] > t["tracks_posterior_mae_max"]
+        assert m["sigmoid_mae"] <= tracks
+        assert m["sigmoid_mae"] <= as_good or m["softmax_mae"] > tracks
     if res.verdict == "SUPPORTED":
-        assert m["softmax_mae"] <= t["tracks_posterior_mae_max"] < m["sigmoid_mae"]
+        assert m["softmax_mae"] <= tracks < m["sigmoid_mae"]
 
 
 def test_floor_is_the_exact_no_context_mae_and_the_mlp_sits_on_it(result: tuple[Result, Path]) -> None:

@@ -8,26 +8,26 @@ import torch
 
 from implicit_em.experiments import EXPERIMENTS
 from implicit_em.experiments._base import Context, Result
-from implicit_em.experiments.sticky_sculpting import EXPERIMENT, ORDER, _decide, _init, single_head_logits
+from implicit_em.experiments.sticky_sculpting import EXPERIMENT, Config, _decide, _init, single_head_logits
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
     figure_dir = tmp_path_factory.mktemp("run") / "figures"
-    return EXPERIMENT.run(Context(quick=True, seed=0, figure_dir=figure_dir)), figure_dir
+    return EXPERIMENT.run(Config.quick(), Context(figure_dir.parent)), figure_dir
 
 
-def test_is_registered_with_its_order() -> None:
-    assert ORDER == 70
+def test_is_registered() -> None:
     assert EXPERIMENT in EXPERIMENTS
 
 
 def test_verdict_follows_the_two_sigma_rule(result: tuple[Result, Path]) -> None:
     res, _ = result
-    m, t = res.metrics, res.thresholds
-    assert t["kl_improvement_min"] == pytest.approx(2.0 * m["kl_init_std"])
+    m, (posterior,) = res.metrics, res.criteria
+    assert posterior.metric == "kl_improvement" and posterior.comparison == ">"
+    assert posterior.threshold == pytest.approx(2.0 * m["kl_init_std"])
     assert m["kl_improvement"] == pytest.approx(m["kl_init_mean"] - m["kl_trained_mean"])
-    expected = "PARTIAL" if m["kl_improvement"] > t["kl_improvement_min"] else "REFUTED"
+    expected = "PARTIAL" if m["kl_improvement"] > posterior.threshold else "REFUTED"
     assert res.verdict == expected  # SUPPORTED is unreachable: the manifold half is untested
     assert res.verdict == _decide(m, 2.0)[0]
 

@@ -191,7 +191,7 @@ def _audit(args: argparse.Namespace) -> int:
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     state = run_audit(args.out, quick=not args.full, only=only, force=args.force, seed=args.seed, threads=args.threads)
     exps = state["experiments"]
-    print(f"\nclaims audit ({state['size']}), {len(exps)} experiments:")
+    print(f"\nclaims audit ({state['size']}, seed {state['seed']}), {len(exps)} experiments:")
     for e in exps.values():
         print(f"  {e['verdict']:<10}{e['name']:<24}{e['summary']}")
     print(f"\nreport: {Path(args.out) / 'report.html'}")
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     audit.set_defaults(full=False)
     audit.add_argument("--out", default="runs/audit", help="run folder (default: runs/audit)")
     audit.add_argument("--only", default=None, help="comma-separated experiment names (default: all)")
-    audit.add_argument("--seed", type=int, default=0)
+    audit.add_argument("--seed", type=int, default=0, help="the seed field of every experiment's Config (default 0)")
     audit.add_argument("--force", action="store_true", help="rerun experiments already in the run folder")
     audit.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 quick, torch's full)")
     audit.add_argument("--list", action="store_true", help="list the experiments and exit")

@@ -1,8 +1,10 @@
-"""The claims audit's vocabulary: a claim, the experiment that tests it, and the result it ends in.
+"""The claims audit's vocabulary: a claim, the experiment that tests it, its config, and the result it ends in.
 
-Every experiment quotes the claim it tests (with its section of the paper or the review it comes from), runs at a
-quick size (seconds: ``make demo`` and the tests) or a full size, and returns a :class:`Result` whose verdict is
-decided by numbers against stated thresholds (DESIGN.md §3):
+Every experiment quotes the claim it tests (with its section of the paper or the review it comes from) and declares
+a frozen dataclass ``Config`` holding its quick size (seconds: ``make demo`` and the tests), its full size, a
+``seed``, and the thresholds its verdict uses, each with a comment saying where it comes from; so the thresholds are
+fixed before ``run(cfg, ctx)`` sees a number. The verdict is computed from :class:`Criterion` records (metric,
+comparison, threshold, measured, passed) made by :func:`criterion`, and is one of (DESIGN.md §3):
 
 - ``SUPPORTED``: the numbers meet the claim as written;
 - ``PARTIAL``: a weaker reading holds, the claim as written does not (the summary says which is which);
@@ -11,44 +13,102 @@ decided by numbers against stated thresholds (DESIGN.md §3):
 An experiment that raises is recorded as ``ERROR`` with its traceback, never as a verdict.
 """
 
+import dataclasses
 import math
+import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from types import ModuleType
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 Verdict = Literal["SUPPORTED", "PARTIAL", "REFUTED", "ERROR"]
 VERDICTS: tuple[Verdict, ...] = ("SUPPORTED", "PARTIAL", "REFUTED", "ERROR")
 
+Comparison = Literal["<=", ">=", "<", ">", "=="]
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "<": operator.lt,
+    ">": operator.gt,
+    "==": operator.eq,
+}
+
+_C = TypeVar("_C", bound="ExperimentConfig")
+
+
+class ExperimentConfig(Protocol):
+    """What every experiment's ``Config`` offers: a frozen dataclass with a ``seed`` field and two sizes."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @classmethod
+    def quick(cls: type[_C]) -> _C: ...
+
+    @classmethod
+    def full(cls: type[_C]) -> _C: ...
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One comparison a verdict rests on: ``measured <comparison> threshold`` and whether it held.
+
+    A NaN measurement fails every comparison.
+    """
+
+    metric: str
+    comparison: Comparison
+    threshold: float
+    measured: float
+    passed: bool
+
+
+def criterion(metric: str, measured: float, comparison: Comparison, threshold: float) -> Criterion:
+    """Evaluate ``measured <comparison> threshold`` (e.g. ``criterion("residual", r, "<=", 1e-10)``)."""
+    if comparison not in _COMPARE:
+        raise ValueError(f"comparison must be one of {tuple(_COMPARE)}, got {comparison!r}")
+    measured, threshold = float(measured), float(threshold)
+    return Criterion(metric, comparison, threshold, measured, bool(_COMPARE[comparison](measured, threshold)))
+
 
 @dataclass(frozen=True)
 class Context:
-    """What an experiment gets: its size, a seed, and a folder for its figures."""
+    """What an experiment gets besides its config: the run folder, where its figures go."""
 
-    quick: bool
-    seed: int
-    figure_dir: Path
+    run_dir: Path
 
-    def figure_path(self, name: str) -> Path:
-        """Where to save figure ``name`` (a PNG file name); the folder is created."""
+    @property
+    def figure_dir(self) -> Path:
+        return self.run_dir / "figures"
+
+    def save_figure(self, fig: Any, name: str, dpi: int = 110) -> str:
+        """Save matplotlib figure ``fig`` as ``figures/<name>.png`` in the run folder, close it, and return that
+        path relative to the run folder (what ``Result.figures`` holds and the report embeds)."""
+        if not name or Path(name).name != name:
+            raise ValueError(f"a figure name is a plain file name, got {name!r}")
+        filename = name if name.endswith(".png") else f"{name}.png"
         self.figure_dir.mkdir(parents=True, exist_ok=True)
-        return self.figure_dir / name
+        path = self.figure_dir / filename
+        fig.savefig(path, dpi=dpi)
+        pyplot().close(fig)
+        return str(path.relative_to(self.run_dir))
 
 
 @dataclass
 class Result:
     """The outcome of one experiment.
 
-    ``metrics`` are the measured numbers (floats, ints, strings or small lists), ``thresholds`` the numbers the
-    verdict compares them with, ``figures`` PNG paths relative to the run folder, ``details`` free notes
-    (method, caveats) shown under the verdict.
+    ``metrics`` are the measured numbers (floats, ints, strings or small lists), ``criteria`` the comparisons the
+    verdict was computed from, ``figures`` PNG paths relative to the run folder, ``details`` free notes (method,
+    caveats) shown under the verdict.
     """
 
     verdict: Verdict
     summary: str
     metrics: dict[str, Any]
-    thresholds: dict[str, Any] = field(default_factory=dict)
+    criteria: list[Criterion] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)
     details: str = ""
 
@@ -61,14 +121,40 @@ class Result:
 
 
 @dataclass(frozen=True)
-class Experiment:
-    """A claim and the function that tests it: ``run(context) -> Result``."""
+class Experiment(Generic[_C]):
+    """A claim and the function that tests it: ``run(cfg, ctx) -> Result`` with ``cfg`` a ``Config``."""
 
     name: str
     title: str
     claim: str  # quoted from the paper or the review
     source: str  # e.g. "paper §4.1, Eq. (6)" or "review-implicit-em: skeptic's concrete test"
-    run: Callable[[Context], Result]
+    Config: type[_C]  # a frozen dataclass with ``seed`` and classmethods ``quick()`` and ``full()``
+    run: Callable[[_C, Context], Result]
+
+    def __post_init__(self) -> None:
+        cls = self.Config
+        params = getattr(cls, "__dataclass_params__", None)
+        if params is None or not params.frozen:
+            raise TypeError(f"{self.name}: Config must be a frozen dataclass, got {cls!r}")
+        if "seed" not in getattr(cls, "__dataclass_fields__", {}):
+            raise TypeError(f"{self.name}: Config must have a 'seed' field")
+        if not (callable(getattr(cls, "quick", None)) and callable(getattr(cls, "full", None))):
+            raise TypeError(f"{self.name}: Config must offer classmethods quick() and full()")
+
+    def config(self, quick: bool = True, seed: int = 0) -> _C:
+        """The resolved config: ``Config.quick()`` or ``Config.full()`` with ``seed`` in it."""
+        base = self.Config.quick() if quick else self.Config.full()
+        return dataclasses.replace(base, seed=seed)  # type: ignore[type-var]
+
+
+def pyplot() -> ModuleType:
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (the audit only saves figures)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _jsonable(value: Any) -> Any:
@@ -82,11 +168,6 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
         return _jsonable(value.item())  # numpy / torch scalars
     return value
-
-
-def relative_figure(ctx: Context, path: Path) -> str:
-    """A figure's path relative to the run folder (the parent of the figure folder), for the report."""
-    return str(path.relative_to(ctx.figure_dir.parent))
 
 
 @contextmanager

@@ -1,8 +1,16 @@
 """Run the claims audit into a folder: ``results.json`` (rewritten after every experiment), figures, and
 ``report.html``.
 
+``results.json`` records where the results came from: ``provenance`` (the package version, the git commit of its
+sources and whether they were dirty, the command line), ``environment`` (versions of torch, numpy, scikit-learn,
+transformers and python, the platform, torch's threads), and per experiment its resolved config with its hash,
+the hash of the code it ran (see :mod:`implicit_em.experiments._provenance`), and the commit and library versions
+it ran with.
+
 A run can be interrupted (Ctrl-C) without losing the experiments already finished, and a second call with the
-same folder, size and seed resumes: finished experiments are kept, the rest run (``force=True`` reruns all).
+same folder, size and seed resumes: an experiment is kept only if its config hash, code hash and library versions
+match the stored ones; otherwise it is rerun with a line saying why (``force=True`` reruns all). A different size
+or seed starts a new run. So results of different code are never mixed without a record of it.
 """
 
 import json
@@ -12,10 +20,22 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from implicit_em.experiments import _provenance
 from implicit_em.experiments._base import Context, Experiment, Result, torch_threads
+
+# library versions an experiment's result depends on: a change reruns it on resume
+_VERSION_KEYS = ("torch", "numpy", "scikit-learn", "transformers", "python")
+
+
+def _distribution_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _environment() -> dict[str, Any]:
@@ -26,6 +46,9 @@ def _environment() -> dict[str, Any]:
     return {
         "implicit_em": __version__,
         "torch": torch.__version__,
+        "numpy": _distribution_version("numpy"),
+        "scikit-learn": _distribution_version("scikit-learn"),
+        "transformers": _distribution_version("transformers"),  # None when not installed
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
@@ -41,7 +64,7 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def select(experiments: Sequence[Experiment], only: Sequence[str] | None) -> list[Experiment]:
+def select(experiments: Sequence[Experiment[Any]], only: Sequence[str] | None) -> list[Experiment[Any]]:
     """The experiments named in ``only`` (all when None), in registry order; unknown names raise ValueError."""
     if not only:
         return list(experiments)
@@ -65,9 +88,9 @@ def run_audit(
     """Run the selected experiments, write ``results.json`` and ``report.html`` in ``out_dir``; return the
     results as a dict.
 
-    ``threads``: torch's intra-op threads during the run (restored afterwards). Default 1 for the quick size,
-    whose operations are small (with 2 threads on a busy 2-core machine they ran up to 100× slower), and torch's
-    current setting for the full size.
+    ``seed`` goes into every experiment's ``Config``. ``threads``: torch's intra-op threads during the run
+    (restored afterwards). Default 1 for the quick size, whose operations are small (with 2 threads on a busy
+    2-core machine they ran up to 100× slower), and torch's current setting for the full size.
     """
     import torch
 
@@ -79,16 +102,71 @@ def run_audit(
     size = "quick" if quick else "full"
     state: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     if state.get("size") != size or state.get("seed") != seed:
+        if state and progress:
+            print(
+                f"{path} holds a {state.get('size')} run with seed {state.get('seed')}: starting a new {size} run "
+                f"with seed {seed}",
+                file=sys.stderr,
+            )
         state = {"size": size, "seed": seed, "experiments": {}}
     with torch_threads(threads or (1 if quick else torch.get_num_threads())):
         return _run(out, path, state, select(EXPERIMENTS, only), quick, seed, force, progress)
+
+
+def _provenance_now() -> dict[str, Any]:
+    from implicit_em import __version__
+
+    git = _provenance.git_state()
+    return {
+        "implicit_em": __version__,
+        "commit": git["commit"] if git else None,
+        "dirty": git["dirty"] if git else None,
+        "source": "git" if git else "package metadata",
+        "command": list(sys.argv),
+    }
+
+
+def _stale(
+    done: dict[str, Any] | None,
+    config: dict[str, Any],
+    config_hash: str,
+    code: dict[str, str],
+    versions: dict[str, Any],
+) -> str | None:
+    """Why a stored record cannot be kept (None when it can)."""
+    if done is None:
+        return "not run yet"
+    if done.get("verdict") == "ERROR":
+        return "it ended in ERROR"
+    if _provenance.code_hash(code) is None:
+        return "its code has no source file to hash"
+    if done.get("config_hash") is None or done.get("code_hash") is None:
+        return "no config or code hash recorded (an older results.json)"
+    if done["config_hash"] != config_hash:
+        old = done.get("config", {})
+        changed = [f"{k} {old.get(k)!r} → {v!r}" for k, v in config.items() if old.get(k) != v]
+        changed += [f"{k} removed" for k in old if k not in config]
+        return "its config changed: " + (", ".join(changed) or "hash differs")
+    if done["code_hash"] != _provenance.code_hash(code):
+        old_files = done.get("code_files", {})
+        changed = sorted(m for m in set(old_files) | set(code) if old_files.get(m) != code.get(m))
+        return "its code changed: " + (", ".join(changed) or "hash differs")
+    if done.get("versions") != versions:
+        old_v = done.get("versions") or {}
+        changed = [f"{k} {old_v.get(k)} → {v}" for k, v in versions.items() if old_v.get(k) != v]
+        return "library versions changed: " + (", ".join(changed) or "differ")
+    return None
+
+
+def _error(err: Exception) -> Result:
+    return Result("ERROR", f"{type(err).__name__}: {err}", {}, details=traceback.format_exc())
 
 
 def _run(
     out: Path,
     path: Path,
     state: dict[str, Any],
-    chosen: list[Experiment],
+    chosen: list[Experiment[Any]],
     quick: bool,
     seed: int,
     force: bool,
@@ -96,25 +174,38 @@ def _run(
 ) -> dict[str, Any]:
     from implicit_em.report import write_report
 
+    state["provenance"] = _provenance_now()
     state["environment"] = _environment()
-    ctx = Context(quick=quick, seed=seed, figure_dir=out / "figures")
+    versions = {k: state["environment"].get(k) for k in _VERSION_KEYS}
+    ctx = Context(out)
     for i, exp in enumerate(chosen, 1):
-        done = state["experiments"].get(exp.name)
-        if done is not None and done.get("verdict") != "ERROR" and not force:
-            if progress:
-                print(f"[{i}/{len(chosen)}] {exp.name}: {done['verdict']} (kept from the earlier run)", file=sys.stderr)
-            continue
-        if progress:
-            print(f"[{i}/{len(chosen)}] {exp.name} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
+        code = _provenance.code_files(exp.run.__module__)
+        config: dict[str, Any] = {}
+        config_hash = ""
         try:
-            result = exp.run(ctx)
-        except KeyboardInterrupt:
-            _write_atomic(path, json.dumps(state, indent=1))
-            write_report(out)
-            raise
-        except Exception as err:  # recorded, not hidden: the report shows it as ERROR
-            result = Result("ERROR", f"{type(err).__name__}: {err}", {}, details=traceback.format_exc())
+            cfg = exp.config(quick, seed)
+            config, config_hash = _provenance.config_dict(cfg), _provenance.config_hash(cfg)
+        except Exception as err:  # a config that cannot be built or hashed is the experiment's error
+            result = _error(err)
+        else:
+            done = state["experiments"].get(exp.name)
+            why = "forced" if force else _stale(done, config, config_hash, code, versions)
+            if why is None and done is not None:
+                if progress:
+                    kept = f"{done['verdict']} (kept: same config, code and library versions)"
+                    print(f"[{i}/{len(chosen)}] {exp.name}: {kept}", file=sys.stderr)
+                continue
+            if progress:
+                print(f"[{i}/{len(chosen)}] {exp.name} ... ({why})", file=sys.stderr, flush=True)
+            try:
+                result = exp.run(cfg, ctx)
+            except KeyboardInterrupt:
+                _write_atomic(path, json.dumps(state, indent=1))
+                write_report(out)
+                raise
+            except Exception as err:  # recorded, not hidden: the report shows it as ERROR
+                result = _error(err)
         record = {
             "name": exp.name,
             "title": exp.title,
@@ -122,6 +213,13 @@ def _run(
             "source": exp.source,
             "seconds": time.perf_counter() - t0,
             **result.to_dict(),
+            "config": config,
+            "config_hash": config_hash,
+            "code_hash": _provenance.code_hash(code),
+            "code_files": code,
+            "commit": state["provenance"]["commit"],
+            "dirty": state["provenance"]["dirty"],
+            "versions": versions,
         }
         state["experiments"][exp.name] = record
         _write_atomic(path, json.dumps(state, indent=1))

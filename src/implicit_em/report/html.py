@@ -21,7 +21,10 @@ blockquote { margin: 0.6rem 0; padding: 0.3rem 0.9rem; border-left: 4px solid #d
 img { max-width: 100%; border: 1px solid #d0d7de; margin: 0.4rem 0; }
 pre { background: #f6f8fa; padding: 0.6rem; overflow-x: auto; font-size: 0.85rem; white-space: pre-wrap; }
 .muted { color: #57606a; font-size: 0.9rem; }
+.pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; }
 """
+
+_VERSIONS = ("torch", "numpy", "scikit-learn", "transformers", "python")
 
 
 def _badge(verdict: str) -> str:
@@ -47,6 +50,54 @@ def _table(rows: dict[str, Any], header: tuple[str, str]) -> str:
     return f"<table><tr><th>{header[0]}</th><th>{header[1]}</th></tr>{body}</table>"
 
 
+def _criteria(criteria: list[dict[str, Any]]) -> str:
+    """The comparisons the verdict was computed from: metric, comparison, threshold, measured, pass/fail."""
+    if not criteria:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(str(c.get('metric')))}</td><td>{html.escape(str(c.get('comparison')))}</td>"
+        f"<td>{html.escape(_fmt(c.get('threshold')))}</td><td>{html.escape(_fmt(c.get('measured')))}</td>"
+        f"<td class='{'pass' if c.get('passed') else 'fail'}'>{'pass' if c.get('passed') else 'fail'}</td></tr>"
+        for c in criteria
+    )
+    head = "<tr><th>criterion (metric)</th><th>comparison</th><th>threshold</th><th>measured</th><th></th></tr>"
+    return f"<table>{head}{rows}</table>"
+
+
+def _commit(commit: Any, dirty: Any) -> str:
+    if not commit:
+        return "not a git checkout"
+    return f"{str(commit)[:12]}{' (dirty)' if dirty else ''}"
+
+
+def _provenance(results: dict[str, Any]) -> str:
+    """The header: package version and commit, the command line, library versions."""
+    prov, env = results.get("provenance", {}), results.get("environment", {})
+    if not prov and not env:
+        return ""
+    rows = {
+        "implicit_em": prov.get("implicit_em", env.get("implicit_em")),
+        "commit": _commit(prov.get("commit"), prov.get("dirty")),
+        "command": " ".join(str(a) for a in prov.get("command", [])),
+        "versions": ", ".join(f"{k} {env.get(k)}" for k in _VERSIONS if k in env),
+        "platform": f"{env.get('platform')}, torch threads {env.get('torch_threads')}",
+    }
+    return _table(rows, ("provenance", ""))
+
+
+def _run_line(e: dict[str, Any], results: dict[str, Any]) -> str:
+    """Config and code hashes of one experiment, and its commit when it differs from the run's."""
+    parts = []
+    if e.get("config_hash"):
+        parts.append(f"config {str(e['config_hash'])[:12]}")
+    if e.get("code_hash"):
+        parts.append(f"code {str(e['code_hash'])[:12]}")
+    prov = results.get("provenance", {})
+    if "commit" in e and (e.get("commit"), e.get("dirty")) != (prov.get("commit"), prov.get("dirty")):
+        parts.append(f"ran at commit {_commit(e.get('commit'), e.get('dirty'))}, kept from an earlier invocation")
+    return f"<p class='muted'>{html.escape(' · '.join(parts))}</p>" if parts else ""
+
+
 def _figure(run_dir: Path, rel: str) -> str:
     path = run_dir / rel
     if not path.exists():
@@ -67,6 +118,7 @@ def render(results: dict[str, Any], run_dir: Path) -> str:
         "<p class='muted'>“Gradient Descent as Implicit EM in Distance-Based Neural Models” and its reviews, each "
         "claim tested by an experiment that ends in a verdict decided by the numbers shown. "
         f"Size: <b>{html.escape(str(results.get('size')))}</b>, seed {html.escape(str(results.get('seed')))}.</p>",
+        _provenance(results),
         "<p>" + " ".join(f"{_badge(v)} {n}" for v, n in counts.items() if n) + "</p>",
         "<table><tr><th>experiment</th><th>source</th><th>verdict</th><th>summary</th></tr>",
     ]
@@ -85,8 +137,11 @@ def render(results: dict[str, Any], run_dir: Path) -> str:
             f" · {float(e.get('seconds', 0.0)):.1f} s</p>",
             f"<blockquote>{html.escape(e.get('claim', ''))}</blockquote>",
             f"<p><b>Verdict.</b> {html.escape(e.get('summary', ''))}</p>",
+            _criteria(e.get("criteria", [])),
             _table(e.get("metrics", {}), ("measured", "value")),
-            _table(e.get("thresholds", {}), ("threshold", "value")),
+            _table(e.get("thresholds", {}), ("threshold", "value")),  # results.json before criteria existed
+            _table(e.get("config", {}), ("config", "value")),
+            _run_line(e, results),
             *(_figure(run_dir, f) for f in e.get("figures", [])),
         ]
         if e.get("details"):
