@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from implicit_em.probes.attention import active_observer, attend, shadow, shadow_inputs, split_mask
+from implicit_em.probes.attention import active_observer, attend, repeat_kv, shadow, shadow_inputs, split_mask
 
 NAME = "implicit_em_probe"
 
@@ -32,14 +32,6 @@ def is_hf_model(model: nn.Module) -> bool:
     """Whether ``model`` is a ``transformers.PreTrainedModel`` (without importing transformers)."""
     transformers = sys.modules.get("transformers")
     return transformers is not None and isinstance(model, transformers.PreTrainedModel)
-
-
-def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
-    """(B, Hkv, S, D) -> (B, Hkv * n_rep, S, D), each key/value head repeated for its group of query heads."""
-    if n_rep == 1:
-        return x
-    b, h, s, d = x.shape
-    return x[:, :, None].expand(b, h, n_rep, s, d).reshape(b, h * n_rep, s, d)
 
 
 @torch.compiler.disable

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implicit_em.probes.attention import active_observer, attend, shadow, shadow_inputs, split_mask
+from implicit_em.probes.attention import active_observer, attend, repeat_kv, shadow, shadow_inputs, split_mask
 
 if TYPE_CHECKING:
     from implicit_em.probes.capture import AttentionProbe
@@ -67,11 +67,8 @@ def _probe_sdpa(
 
 def _repeat_kv(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) -> tuple[Tensor, Tensor]:
     """Keys and values repeated to the query heads, as sdpa's ``enable_gqa`` does."""
-    if enable_gqa and key.shape[-3] != query.shape[-3]:
-        repeats = query.shape[-3] // key.shape[-3]
-        key = key.repeat_interleave(repeats, dim=-3)
-        value = value.repeat_interleave(repeats, dim=-3)
-    return key, value
+    n_rep = query.shape[-3] // key.shape[-3] if enable_gqa else 1
+    return repeat_kv(key, n_rep), repeat_kv(value, n_rep)
 
 
 def _fused() -> Any:

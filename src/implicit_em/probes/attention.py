@@ -115,6 +115,18 @@ def split_mask(attn_mask: Tensor | None, n: int, batch: int) -> tuple[Tensor | N
     return attn_mask[:n], attn_mask[n:]
 
 
+def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """(..., Hkv, S, D) -> (..., Hkv * n_rep, S, D), each key/value head repeated for its group of query heads.
+
+    Grouped-query attention: HF's ``repeat_kv`` and sdpa's ``enable_gqa`` (``repeat_interleave`` on dim -3)
+    give the same tensor. ``n_rep == 1`` returns ``x`` itself.
+    """
+    if n_rep == 1:
+        return x
+    *lead, h, s, d = x.shape
+    return x[..., None, :, :].expand(*lead, h, n_rep, s, d).reshape(*lead, h * n_rep, s, d)  # (..., Hkv*n_rep, S, D)
+
+
 def shadow_inputs(query: Tensor, key: Tensor, value: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
     """Detached views (no copies) of the first ``n`` sequences, for a shadow computation (see :func:`shadow`).
 
