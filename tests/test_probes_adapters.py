@@ -2,9 +2,11 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.probes.attention import repeat_kv
+from implicit_em.probes import AttentionProbe
+from implicit_em.probes.attention import attend, observed_attention, repeat_kv
 
 
 def _sdpa_gqa_reference(x: Tensor, n_rep: int) -> Tensor:
@@ -39,3 +41,76 @@ def test_repeat_kv_groups_consecutive_query_heads() -> None:
     x = torch.arange(2.0).view(1, 2, 1, 1)  # (B, Hkv, S, D) = (1, 2, 1, 1)
     assert repeat_kv(x, 3).flatten().tolist() == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
     assert repeat_kv(x, 1) is x
+
+
+# ---- observed_attention: the one place that chooses explicit, fused plus shadow, or split and concatenate ----
+
+
+class _Calls:
+    """An adapter's two paths around attend and sdpa, recording (path, batch, mask batch, dropout) per call."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, int, int | None, float]] = []
+
+    def explicit(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> tuple[Tensor, Tensor]:
+        self.log.append(("explicit", q.shape[0], None if mask is None else mask.shape[0], p))
+        return attend(q, k, v, mask, p)
+
+    def fused(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
+        self.log.append(("fused", q.shape[0], None if mask is None else mask.shape[0], p))
+        return F.scaled_dot_product_attention(q, k, v, mask, p)
+
+
+def _inputs(b: int = 3) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    q, k, v = (torch.randn(b, 2, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.rand(b, 1, 5, 5) > 0.3
+    mask[..., 0] = True  # every query row attends to something
+    return q, k, v, mask
+
+
+def test_without_a_sub_batch_the_explicit_path_computes_the_whole_call() -> None:
+    calls, (q, k, v, mask) = _Calls(), _inputs()
+    with AttentionProbe(mode="summary", summary_batch=None):
+        output, weights = observed_attention(q, k, v, mask, 0.0, calls.explicit, calls.fused)
+    assert calls.log == [("explicit", 3, 3, 0.0)]
+    expected, expected_weights = attend(q, k, v, mask)
+    assert weights is not None and torch.equal(weights, expected_weights) and torch.equal(output, expected)
+
+
+def test_sub_batch_without_dropout_is_the_fused_call_plus_a_shadow_of_the_first_sequences() -> None:
+    calls, (q, k, v, mask) = _Calls(), _inputs()
+    upstream = torch.randn(3, 2, 5, 4, dtype=torch.float64)
+    with AttentionProbe(mode="summary", summary_batch=1) as probe:
+        output, weights = observed_attention(q, k, v, mask, 0.0, calls.explicit, calls.fused)
+        output.backward(upstream)  # a backward, as a training step runs (autograd.grad would skip the shadow)
+    grads = [x.grad for x in (q, k, v)]
+    assert calls.log == [("fused", 3, 3, 0.0), ("explicit", 1, 1, 0.0)]
+    assert weights is None
+    expected = F.scaled_dot_product_attention(q, k, v, mask)
+    assert torch.equal(output, expected)  # the fused kernel's output and gradients, bit for bit
+    for got, want in zip(grads, torch.autograd.grad(expected, (q, k, v), upstream), strict=True):
+        assert torch.equal(got, want)
+    assert probe.check_laws()["routing_law"] <= 1e-12  # the shadow read the upstream gradient of sequence 0
+
+
+def test_sub_batch_with_dropout_splits_the_call_and_concatenates() -> None:
+    calls, (q, k, v, mask) = _Calls(), _inputs()
+    with AttentionProbe(mode="summary", summary_batch=2):
+        torch.manual_seed(5)
+        output, weights = observed_attention(q, k, v, mask, 0.25, calls.explicit, calls.fused)
+    assert calls.log == [("explicit", 2, 2, 0.25), ("fused", 1, 1, 0.25)]  # the observed sequences draw first
+    assert weights is None
+    torch.manual_seed(5)
+    head = attend(q[:2], k[:2], v[:2], mask[:2], 0.25)[0]
+    tail = F.scaled_dot_product_attention(q[2:], k[2:], v[2:], mask[2:], 0.25)
+    assert torch.equal(output, torch.cat((head, tail)))
+
+
+def test_a_mask_that_broadcasts_over_the_batch_goes_to_both_parts_whole() -> None:
+    calls, (q, k, v, _) = _Calls(), _inputs()
+    shared = torch.ones(1, 1, 5, 5, dtype=torch.bool).tril()
+    with AttentionProbe(mode="summary", summary_batch=1):
+        observed_attention(q, k, v, shared, 0.0, calls.explicit, calls.fused)
+        observed_attention(q, k, v, shared, 0.5, calls.explicit, calls.fused)
+    assert [mask_batch for *_, mask_batch, _ in calls.log] == [1, 1, 1, 1]
+    assert [batch for _, batch, *_ in calls.log] == [3, 1, 1, 2]

@@ -14,6 +14,7 @@ probe is active the only extra work is one module-level lookup.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -43,6 +44,12 @@ class AttentionObserver(Protocol):
 
     def sub_batch(self, query: Tensor, key: Tensor, value: Tensor) -> int | None: ...
 
+
+#: An adapter's explicit attention: (query, key, value, mask, dropout_p) -> (output, post-dropout weights), where
+#: output is in the adapter's layout with the batch first; it calls :func:`attend` (the probe observes it).
+ExplicitAttention = Callable[[Tensor, Tensor, Tensor, Tensor | None, float], tuple[Tensor, Tensor]]
+#: The function an adapter replaced (the model's fused kernel): same arguments, returns the output only.
+FusedAttention = Callable[[Tensor, Tensor, Tensor, Tensor | None, float], Tensor]
 
 # The active probe, if any. Set and cleared only by AttentionProbe.__enter__/__exit__.
 _OBSERVER: AttentionObserver | None = None
@@ -195,6 +202,48 @@ def attend(
     if observer is not None:
         observer.observe_call(query, key, value, scores, weights, keep, output, scale, site, attn_mask is not None)
     return output, dropped
+
+
+def observed_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    explicit: ExplicitAttention,
+    fused: FusedAttention,
+) -> tuple[Tensor, Tensor | None]:
+    """A captured call of an adapter: the whole call explicit, fused plus a shadow, or split and concatenated.
+
+    The active probe's :meth:`~AttentionObserver.sub_batch` decides. No sub-batch: ``explicit`` computes the
+    whole call. A sub-batch of n of the B sequences, without dropout: ``fused`` computes the whole call and
+    ``explicit`` recomputes the first n beside it (:func:`shadow`), so outputs and gradients are the fused
+    kernel's bit for bit. With dropout the observed sequences' draws must be the model's own: ``explicit``
+    computes the first n, ``fused`` the other B - n, concatenated along the batch. In both sub-batch paths the
+    mask is split as :func:`split_mask` does.
+
+    Args:
+        query, key, value: (B, ..., E) with the batch first, as the adapter received them.
+        attn_mask: the adapter's mask, batch first when it has a batch dim; dropout_p: the call's dropout.
+        explicit, fused: the adapter's two ways to compute a call (see ``ExplicitAttention``).
+    Returns:
+        output (B, ...) in the adapter's layout, and the post-dropout weights when ``explicit`` computed the
+        whole call, else None.
+    """
+    observer = active_observer()
+    n = observer.sub_batch(query, key, value) if observer is not None else None
+    if n is None:
+        return explicit(query, key, value, attn_mask, dropout_p)
+    head_mask, tail_mask = split_mask(attn_mask, n, query.shape[0])
+    if dropout_p == 0.0:  # the fused kernel computes the call; the observed sequences are recomputed beside it
+        output = fused(query, key, value, attn_mask, dropout_p)
+        q0, k0, v0 = shadow_inputs(query, key, value, n)
+        return shadow(output, explicit(q0, k0, v0, head_mask, 0.0)[0]), None
+    # split (not two slices): its backward concatenates the two gradients instead of adding zero-padded ones
+    (q0, q1), (k0, k1), (v0, v1) = (x.split([n, x.shape[0] - n]) for x in (query, key, value))
+    head = explicit(q0, k0, v0, head_mask, dropout_p)[0]
+    tail = fused(q1, k1, v1, tail_mask, dropout_p)
+    return torch.cat((head, tail)), None
 
 
 def attention(
