@@ -9,11 +9,14 @@ the reductions in the same order.
 Results are flat: ``<case>/out`` the model's output, ``<case>/grad/<param>`` its parameter gradients,
 ``<case>/cache/<key>`` the probe's cache, ``<case>/laws/<law>`` the ``check_laws`` maxima and, where the case
 asks the model for them, ``<case>/attentions`` the number of layers that returned weights and
-``<case>/attentions/<layer>`` those weights.
+``<case>/attentions/<layer>`` those weights; ``warning/<i>/...`` the text, category and place (file:line) of
+each warning the no-capture case gave, as uint8 tensors of UTF-8 bytes.
 """
 
 import sys
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -120,6 +123,23 @@ def torch_cases(results: Results) -> None:
             _record(f"gqa{heads}x{kv_heads}/{mode}", gqa, out, probe, results)
 
 
+def _text(text: str) -> Tensor:
+    return torch.tensor(list(text.encode()), dtype=torch.uint8)
+
+
+def warning_cases(results: Results) -> None:
+    """The warning a probed forward that reached no probe-able call gives (the fused inference fast path)."""
+    torch.manual_seed(5)
+    mha, x = nn.MultiheadAttention(8, 2, batch_first=True).eval(), torch.randn(2, 5, 8)
+    with warnings.catch_warnings(record=True) as caught, AttentionProbe(mha), torch.inference_mode():
+        warnings.simplefilter("always")
+        mha(x, x, x, need_weights=False)
+    for i, w in enumerate(caught):
+        results[f"warning/{i}/message"] = _text(str(w.message))
+        results[f"warning/{i}/category"] = _text(w.category.__name__)
+        results[f"warning/{i}/where"] = _text(f"{Path(w.filename).name}:{w.lineno}")  # the stacklevel's frame
+
+
 def _gpt2(transformers: Any, dropout: float) -> Any:
     config = transformers.GPT2Config(
         n_layer=2,
@@ -202,6 +222,7 @@ def main(path: str) -> None:
     torch.set_num_threads(1)
     results: Results = {}
     torch_cases(results)
+    warning_cases(results)
     try:
         import transformers  # noqa: F401
     except ImportError:

@@ -1,11 +1,12 @@
 """The probe adapters give what they gave before the refactor of issue 9 part 5, bit for bit.
 
 ``_probes_golden_cases.py`` runs nn.MultiheadAttention (every mask; full mode, summary mode on the whole batch
-and on sub-batches; attention dropout), grouped-query sdpa modules and two Hugging Face models built from tiny
-configs (GPT-2 and a grouped-query Llama; padded and not; the same modes; the weights returned to the model)
-under two source trees in fresh interpreters: this checkout's ``src`` and ``src`` of ``ORIGINAL``, the commit
-before the refactor, taken from git. The captured tensors, law residuals, model outputs and parameter gradients
-must be equal (``torch.equal``). Without git or without that commit in the history the test is skipped.
+and on sub-batches; attention dropout), grouped-query sdpa modules, a probed forward that captures nothing (its
+warning) and two Hugging Face models built from tiny configs (GPT-2 and a grouped-query Llama; padded and not;
+the same modes; the weights returned to the model) under two source trees in fresh interpreters: this
+checkout's ``src`` and ``src`` of ``ORIGINAL``, the commit before the refactor, taken from git. The captured
+tensors, law residuals, model outputs, parameter gradients and the warning's text and place must be equal
+(``torch.equal``). Without git or without that commit in the history the test is skipped.
 """
 
 import importlib.util
@@ -64,6 +65,7 @@ def test_both_runs_cover_every_adapter_path(runs: tuple[dict[str, Tensor], dict[
     cases = {key.split("/out")[0] for key in original if key.endswith("/out")}
     for prefix in ("mha/", "mha_dropout/", "gqa6x2/"):
         assert any(case.startswith(prefix) for case in cases), prefix
+    assert "warning/0/message" in original and "warning/1/message" not in original  # exactly one warning
     if HAS_HF:
         assert any(case.startswith("gpt2/") for case in cases) and any(case.startswith("llama_gqa/") for case in cases)
 
@@ -71,12 +73,12 @@ def test_both_runs_cover_every_adapter_path(runs: tuple[dict[str, Tensor], dict[
 HF_ONLY = pytest.mark.skipif(not HAS_HF, reason="transformers is not installed")
 
 
-@pytest.mark.parametrize("part", ["out", "grad", "cache", "laws", pytest.param("attentions", marks=HF_ONLY)])
+@pytest.mark.parametrize("part", ["out", "grad", "cache", "laws", "warning", pytest.param("attentions", marks=HF_ONLY)])
 def test_adapters_give_the_original_results_bit_for_bit(
     runs: tuple[dict[str, Tensor], dict[str, Tensor]], part: str
 ) -> None:
     original, current = runs
-    keys = [key for key in original if f"/{part}/" in key or key.endswith(f"/{part}")]
+    keys = [key for key in original if f"/{part}/" in key or key.endswith(f"/{part}") or key.startswith(f"{part}/")]
     assert keys, f"no {part} results"
     differ = [key for key in keys if not torch.equal(current[key], original[key])]
     assert not differ, f"{len(differ)} of {len(keys)} differ, e.g. {differ[:5]}"
