@@ -1,5 +1,8 @@
 """The probes' attention core shared by the adapters: one repeat_kv, one choice of path, no import cycle."""
 
+import ast
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,6 +10,72 @@ from torch import Tensor
 
 from implicit_em.probes import AttentionProbe
 from implicit_em.probes.attention import attend, observed_attention, repeat_kv
+
+PROBES = Path(__file__).resolve().parents[1] / "src" / "implicit_em" / "probes"
+PACKAGE = "implicit_em.probes"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of implicit_em.probes it imports anywhere (top level, in functions, TYPE_CHECKING).
+
+    ``from implicit_em.probes import x`` is an import of the submodule x when x is one, else of the package.
+    """
+    modules = {path.stem: path for path in PROBES.glob("*.py")}
+    name = {stem: PACKAGE if stem == "__init__" else f"{PACKAGE}.{stem}" for stem in modules}
+    graph: dict[str, set[str]] = {}
+    for stem, path in modules.items():
+        edges = graph.setdefault(name[stem], set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names if alias.name.startswith(PACKAGE))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from . import x, from .x import y
+                    base = ".".join([PACKAGE, *([base] if base else [])])
+                if not base.startswith(PACKAGE):
+                    continue
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    edges.add(sub if base == PACKAGE and alias.name in modules else base)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle in ``graph`` as a path [a, b, ..., a], or None (depth-first search)."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_probes_import_graph_has_no_cycle() -> None:
+    graph = _import_graph()
+    assert f"{PACKAGE}._torch_mha" in graph and f"{PACKAGE}.capture" in graph
+    assert _cycle(graph) is None, _cycle(graph)
+
+
+@pytest.mark.parametrize("adapter", ["_torch_mha", "_hf"])
+def test_adapters_import_only_the_attention_core(adapter: str) -> None:
+    assert _import_graph()[f"{PACKAGE}.{adapter}"] == {f"{PACKAGE}.attention"}
+    assert _import_graph()[f"{PACKAGE}.capture"] >= {f"{PACKAGE}.{adapter}", f"{PACKAGE}.attention"}
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    """The check above is not vacuous: the former capture <-> _torch_mha pair is reported."""
+    former = {"capture": {"_torch_mha", "attention"}, "_torch_mha": {"attention", "capture"}, "attention": set()}
+    assert _cycle(former) == ["_torch_mha", "capture", "_torch_mha"]
 
 
 def _sdpa_gqa_reference(x: Tensor, n_rep: int) -> Tensor:

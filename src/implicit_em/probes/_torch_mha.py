@@ -17,7 +17,8 @@ its fused path the function the patch replaced.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import warnings
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +26,18 @@ from torch import Tensor, nn
 
 from implicit_em.probes.attention import attend, observed_attention, repeat_kv
 
-if TYPE_CHECKING:
-    from implicit_em.probes.capture import AttentionProbe
+
+class SiteScope(Protocol):
+    """What :func:`install` asks of the probe (``AttentionProbe`` implements it; this module never imports it)."""
+
+    def capturing(self, site: str | None) -> bool: ...
+
+    def calls_at(self, site: str) -> int: ...
+
+    def enter_site(self, site: str) -> None: ...
+
+    def exit_site(self, site: str) -> None: ...
+
 
 _saved: list[Any] = []  # the values F.scaled_dot_product_attention had before each active patch
 
@@ -86,7 +97,7 @@ def _need_weights(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     return bool(args[4]) if len(args) > 4 else True  # forward(query, key, value, key_padding_mask, need_weights)
 
 
-def install(probe: AttentionProbe, module: nn.Module, site: str) -> list[Any]:
+def install(probe: SiteScope, module: nn.Module, site: str) -> list[Any]:
     """Hooks that scope the patch and the site name to ``module``'s forward; returns their handles."""
     calls_before: list[int] = []
 
@@ -109,11 +120,19 @@ def install(probe: AttentionProbe, module: nn.Module, site: str) -> list[Any]:
         _unpatch()
         probe.exit_site(site)
         if probe.calls_at(site) == calls_before.pop():
-            from implicit_em.probes.capture import warn_no_capture
-
-            warn_no_capture(site)
+            _warn_no_capture(site)
 
     return [
         module.register_forward_pre_hook(pre_hook, with_kwargs=True),
         module.register_forward_hook(post_hook, with_kwargs=True, always_call=True),
     ]
+
+
+def _warn_no_capture(site: str) -> None:
+    """Called when a probed module's forward ran without reaching the attention function."""
+    warnings.warn(
+        f"{site}: the module's forward did not reach a probe-able attention call (a fused fast path, an "
+        "import-time alias of scaled_dot_product_attention, or need_weights=True); nothing was captured",
+        RuntimeWarning,
+        stacklevel=3,
+    )
