@@ -9,6 +9,10 @@ whose keys are all masked gets zero weights and a zero output, as sdpa gives), a
 
 explicitly, which is what the attention probe (:class:`implicit_em.probes.AttentionProbe`) hooks into. When no
 probe is active the only extra work is one module-level lookup.
+
+It is also the core the framework adapters (``probes/_torch_mha.py``, ``probes/_hf.py``) share: how a captured
+call runs (:func:`observed_attention`) and grouped-query key/value repetition (:func:`repeat_kv`). It imports
+nothing else from ``implicit_em.probes``.
 """
 
 from __future__ import annotations
