@@ -7,12 +7,11 @@ mutates the config object shared by the model's submodules; the previous impleme
 
 The function receives query (B, H, T, D), key and value (B, Hkv, S, D), the mask, ``scaling`` and ``dropout``,
 and returns (output (B, T, H, D), weights). Grouped-query attention repeats keys and values to the query heads
-as HF's ``repeat_kv`` does; calls outside a captured step go to HF's own sdpa function. When the probe observes
-a sub-batch (summary mode, ``summary_batch``), HF's sdpa function computes the whole call and the first n
-sequences are recomputed explicitly beside it (:func:`implicit_em.probes.attention.shadow`): outputs and
-gradients are the unprobed model's, bit for bit. With attention dropout the observed sequences take the explicit
-path and the other B - n HF's sdpa function (the mask sliced along the batch when its dim 0 is the batch),
-concatenated along the batch. Either way the weights returned are None, as HF's sdpa returns.
+as HF's ``repeat_kv`` does; calls outside a captured step go to HF's own sdpa function. How a captured call runs
+(explicit; HF's sdpa function plus a shadow recomputation of the observed sub-batch; or split, with attention
+dropout) is decided by :func:`implicit_em.probes.attention.observed_attention`; this adapter only translates
+HF's signature: its explicit path is :func:`_explicit`, its fused path HF's sdpa function. When the probe
+observes a sub-batch the weights returned are None, as HF's sdpa returns.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from implicit_em.probes.attention import active_observer, attend, shadow, shadow_inputs, split_mask
+from implicit_em.probes.attention import active_observer, attend, observed_attention, repeat_kv
 
 NAME = "implicit_em_probe"
 
@@ -32,14 +31,6 @@ def is_hf_model(model: nn.Module) -> bool:
     """Whether ``model`` is a ``transformers.PreTrainedModel`` (without importing transformers)."""
     transformers = sys.modules.get("transformers")
     return transformers is not None and isinstance(model, transformers.PreTrainedModel)
-
-
-def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
-    """(B, Hkv, S, D) -> (B, Hkv * n_rep, S, D), each key/value head repeated for its group of query heads."""
-    if n_rep == 1:
-        return x
-    b, h, s, d = x.shape
-    return x[:, :, None].expand(b, h, n_rep, s, d).reshape(b, h * n_rep, s, d)
 
 
 @torch.compiler.disable
@@ -73,31 +64,18 @@ def probe_attention_forward(
         )
     if kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
         raise ValueError(f"{site}: the attention probe does not support softcap or position_bias")
-    n = observer.sub_batch(query, key, value)
-    if n is None:
-        return _explicit(module, query, key, value, attention_mask, dropout, scaling, is_causal, site)
-    head_mask, tail_mask = split_mask(attention_mask, n, query.shape[0])
-    if dropout == 0.0:  # HF's sdpa computes the call; the observed sequences are recomputed beside it
-        output = sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+
+    def explicit(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> tuple[Tensor, Tensor]:
+        return _explicit(module, q, k, v, mask, p, scaling, is_causal, site)
+
+    def fused(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
+        output: Tensor = sdpa_attention_forward(
+            module, q, k, v, mask, dropout=p, scaling=scaling, is_causal=is_causal, **kwargs
         )[0]
-        q0, k0, v0 = shadow_inputs(query, key, value, n)
-        return shadow(output, _explicit(module, q0, k0, v0, head_mask, 0.0, scaling, is_causal, site)[0]), None
-    # split (not two slices): its backward concatenates the two gradients instead of adding zero-padded ones
-    (q0, q1), (k0, k1), (v0, v1) = (x.split([n, x.shape[0] - n]) for x in (query, key, value))
-    head = _explicit(module, q0, k0, v0, head_mask, dropout, scaling, is_causal, site)[0]
-    tail = sdpa_attention_forward(
-        module,
-        q1,
-        k1,
-        v1,
-        tail_mask,
-        dropout=dropout,
-        scaling=scaling,
-        is_causal=is_causal,
-        **kwargs,
-    )[0]
-    return torch.cat((head, tail)), None  # (B, T, H, D); HF's sdpa returns no weights either
+        return output
+
+    # (B, T, H, D), and the weights only when the whole call ran explicitly (HF's sdpa returns none either)
+    return observed_attention(query, key, value, attention_mask, dropout, explicit, fused)
 
 
 def _explicit(

@@ -8,26 +8,36 @@ inverse of sdpa) to additive float masks before it calls sdpa, so the patched fu
 conventions. A module that bound the function at import time (``from torch.nn.functional import
 scaled_dot_product_attention``) is out of reach; the probe warns when a probed forward captured nothing.
 
-When the probe observes a sub-batch (summary mode, ``summary_batch``) of a 4-D call, the whole call runs the
-function the patch replaced (the fused kernel) and the first n sequences are recomputed explicitly beside it
-(:func:`implicit_em.probes.attention.shadow`): outputs and gradients are the unprobed model's, bit for bit. With
-attention dropout the draws of the observed sequences must be the model's own, so there the first n sequences
-take the explicit path and the other B - n the fused kernel (a mask sliced along the batch when its dim 0 is the
-batch), concatenated along the batch.
+How a captured call runs (explicit; the fused kernel plus a shadow recomputation of the observed sub-batch;
+or split, with attention dropout) is decided by :func:`implicit_em.probes.attention.observed_attention`; this
+adapter only translates sdpa's signature: its explicit path is
+:func:`implicit_em.probes.attention.attend` (keys and values repeated to the query heads under ``enable_gqa``),
+its fused path the function the patch replaced.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import warnings
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implicit_em.probes.attention import active_observer, attend, shadow, shadow_inputs, split_mask
+from implicit_em.probes.attention import attend, observed_attention, repeat_kv
 
-if TYPE_CHECKING:
-    from implicit_em.probes.capture import AttentionProbe
+
+class SiteScope(Protocol):
+    """What :func:`install` asks of the probe (``AttentionProbe`` implements it; this module never imports it)."""
+
+    def capturing(self, site: str | None) -> bool: ...
+
+    def calls_at(self, site: str) -> int: ...
+
+    def enter_site(self, site: str) -> None: ...
+
+    def exit_site(self, site: str) -> None: ...
+
 
 _saved: list[Any] = []  # the values F.scaled_dot_product_attention had before each active patch
 
@@ -43,35 +53,22 @@ def _probe_sdpa(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> Tensor:
-    """sdpa's signature, computed by :func:`implicit_em.probes.attention.attend` (the probe observes it).
+    """sdpa's signature, translated for :func:`implicit_em.probes.attention.observed_attention`.
 
-    With a sub-batch to observe, the first n sequences are computed explicitly and the rest by the replaced
-    (fused) function; the outputs are concatenated along the batch.
+    Explicitly the call is :func:`implicit_em.probes.attention.attend` (the probe observes it), with keys and
+    values repeated to the query heads under ``enable_gqa``; fused, it is the function the patch replaced.
     """
-    observer = active_observer()
-    n = observer.sub_batch(query, key, value) if observer is not None else None
-    if n is None:
-        return attend(query, *_repeat_kv(query, key, value, enable_gqa), attn_mask, dropout_p, is_causal, scale)[0]
-    head_mask, tail_mask = split_mask(attn_mask, n, query.shape[0])
     gqa = {"enable_gqa": True} if enable_gqa else {}
-    if dropout_p == 0.0:  # the fused kernel computes the call; the observed sequences are recomputed beside it
-        output = _fused()(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **gqa)
-        q0, k0, v0 = shadow_inputs(query, key, value, n)
-        return shadow(output, attend(q0, *_repeat_kv(q0, k0, v0, enable_gqa), head_mask, 0.0, is_causal, scale)[0])
-    # split (not two slices): its backward concatenates the two gradients instead of adding zero-padded ones
-    (q0, q1), (k0, k1), (v0, v1) = (x.split([n, x.shape[0] - n]) for x in (query, key, value))
-    head = attend(q0, *_repeat_kv(q0, k0, v0, enable_gqa), head_mask, dropout_p, is_causal, scale)[0]
-    tail = _fused()(q1, k1, v1, tail_mask, dropout_p, is_causal, scale=scale, **gqa)
-    return torch.cat((head, tail))
 
+    def explicit(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> tuple[Tensor, Tensor]:
+        n_rep = q.shape[-3] // k.shape[-3] if enable_gqa else 1  # sdpa's enable_gqa: heads (..., H, S, E)
+        return attend(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, p, is_causal, scale)
 
-def _repeat_kv(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) -> tuple[Tensor, Tensor]:
-    """Keys and values repeated to the query heads, as sdpa's ``enable_gqa`` does."""
-    if enable_gqa and key.shape[-3] != query.shape[-3]:
-        repeats = query.shape[-3] // key.shape[-3]
-        key = key.repeat_interleave(repeats, dim=-3)
-        value = value.repeat_interleave(repeats, dim=-3)
-    return key, value
+    def fused(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
+        output: Tensor = _fused()(q, k, v, mask, p, is_causal, scale=scale, **gqa)
+        return output
+
+    return observed_attention(query, key, value, attn_mask, dropout_p, explicit, fused)[0]
 
 
 def _fused() -> Any:
@@ -100,7 +97,7 @@ def _need_weights(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     return bool(args[4]) if len(args) > 4 else True  # forward(query, key, value, key_padding_mask, need_weights)
 
 
-def install(probe: AttentionProbe, module: nn.Module, site: str) -> list[Any]:
+def install(probe: SiteScope, module: nn.Module, site: str) -> list[Any]:
     """Hooks that scope the patch and the site name to ``module``'s forward; returns their handles."""
     calls_before: list[int] = []
 
@@ -123,11 +120,19 @@ def install(probe: AttentionProbe, module: nn.Module, site: str) -> list[Any]:
         _unpatch()
         probe.exit_site(site)
         if probe.calls_at(site) == calls_before.pop():
-            from implicit_em.probes.capture import warn_no_capture
-
-            warn_no_capture(site)
+            _warn_no_capture(site)
 
     return [
         module.register_forward_pre_hook(pre_hook, with_kwargs=True),
         module.register_forward_hook(post_hook, with_kwargs=True, always_call=True),
     ]
+
+
+def _warn_no_capture(site: str) -> None:
+    """Called when a probed module's forward ran without reaching the attention function."""
+    warnings.warn(
+        f"{site}: the module's forward did not reach a probe-able attention call (a fused fast path, an "
+        "import-time alias of scaled_dot_product_attention, or need_weights=True); nothing was captured",
+        RuntimeWarning,
+        stacklevel=3,
+    )

@@ -9,11 +9,16 @@ whose keys are all masked gets zero weights and a zero output, as sdpa gives), a
 
 explicitly, which is what the attention probe (:class:`implicit_em.probes.AttentionProbe`) hooks into. When no
 probe is active the only extra work is one module-level lookup.
+
+It is also the core the framework adapters (``probes/_torch_mha.py``, ``probes/_hf.py``) share: how a captured
+call runs (:func:`observed_attention`) and grouped-query key/value repetition (:func:`repeat_kv`). It imports
+nothing else from ``implicit_em.probes``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -43,6 +48,12 @@ class AttentionObserver(Protocol):
 
     def sub_batch(self, query: Tensor, key: Tensor, value: Tensor) -> int | None: ...
 
+
+#: An adapter's explicit attention: (query, key, value, mask, dropout_p) -> (output, post-dropout weights), where
+#: output is in the adapter's layout with the batch first; it calls :func:`attend` (the probe observes it).
+ExplicitAttention = Callable[[Tensor, Tensor, Tensor, Tensor | None, float], tuple[Tensor, Tensor]]
+#: The function an adapter replaced (the model's fused kernel): same arguments, returns the output only.
+FusedAttention = Callable[[Tensor, Tensor, Tensor, Tensor | None, float], Tensor]
 
 # The active probe, if any. Set and cleared only by AttentionProbe.__enter__/__exit__.
 _OBSERVER: AttentionObserver | None = None
@@ -115,6 +126,18 @@ def split_mask(attn_mask: Tensor | None, n: int, batch: int) -> tuple[Tensor | N
     return attn_mask[:n], attn_mask[n:]
 
 
+def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """(..., Hkv, S, D) -> (..., Hkv * n_rep, S, D), each key/value head repeated for its group of query heads.
+
+    Grouped-query attention: HF's ``repeat_kv`` and sdpa's ``enable_gqa`` (``repeat_interleave`` on dim -3)
+    give the same tensor. ``n_rep == 1`` returns ``x`` itself.
+    """
+    if n_rep == 1:
+        return x
+    *lead, h, s, d = x.shape
+    return x[..., None, :, :].expand(*lead, h, n_rep, s, d).reshape(*lead, h * n_rep, s, d)  # (..., Hkv*n_rep, S, D)
+
+
 def shadow_inputs(query: Tensor, key: Tensor, value: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
     """Detached views (no copies) of the first ``n`` sequences, for a shadow computation (see :func:`shadow`).
 
@@ -183,6 +206,48 @@ def attend(
     if observer is not None:
         observer.observe_call(query, key, value, scores, weights, keep, output, scale, site, attn_mask is not None)
     return output, dropped
+
+
+def observed_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    explicit: ExplicitAttention,
+    fused: FusedAttention,
+) -> tuple[Tensor, Tensor | None]:
+    """A captured call of an adapter: the whole call explicit, fused plus a shadow, or split and concatenated.
+
+    The active probe's :meth:`~AttentionObserver.sub_batch` decides. No sub-batch: ``explicit`` computes the
+    whole call. A sub-batch of n of the B sequences, without dropout: ``fused`` computes the whole call and
+    ``explicit`` recomputes the first n beside it (:func:`shadow`), so outputs and gradients are the fused
+    kernel's bit for bit. With dropout the observed sequences' draws must be the model's own: ``explicit``
+    computes the first n, ``fused`` the other B - n, concatenated along the batch. In both sub-batch paths the
+    mask is split as :func:`split_mask` does.
+
+    Args:
+        query, key, value: (B, ..., E) with the batch first, as the adapter received them.
+        attn_mask: the adapter's mask, batch first when it has a batch dim; dropout_p: the call's dropout.
+        explicit, fused: the adapter's two ways to compute a call (see ``ExplicitAttention``).
+    Returns:
+        output (B, ...) in the adapter's layout, and the post-dropout weights when ``explicit`` computed the
+        whole call, else None.
+    """
+    observer = active_observer()
+    n = observer.sub_batch(query, key, value) if observer is not None else None
+    if n is None:
+        return explicit(query, key, value, attn_mask, dropout_p)
+    head_mask, tail_mask = split_mask(attn_mask, n, query.shape[0])
+    if dropout_p == 0.0:  # the fused kernel computes the call; the observed sequences are recomputed beside it
+        output = fused(query, key, value, attn_mask, dropout_p)
+        q0, k0, v0 = shadow_inputs(query, key, value, n)
+        return shadow(output, explicit(q0, k0, v0, head_mask, 0.0)[0]), None
+    # split (not two slices): its backward concatenates the two gradients instead of adding zero-padded ones
+    (q0, q1), (k0, k1), (v0, v1) = (x.split([n, x.shape[0] - n]) for x in (query, key, value))
+    head = explicit(q0, k0, v0, head_mask, dropout_p)[0]
+    tail = fused(q1, k1, v1, tail_mask, dropout_p)
+    return torch.cat((head, tail)), None
 
 
 def attention(

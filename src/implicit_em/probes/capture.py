@@ -16,13 +16,13 @@ output gradient arrives, so the extra forward of activation checkpointing leaves
 
 Summary mode observes a sub-batch (``summary_batch``, the first sequence by default): the adapters let the
 model's own fused kernel compute the call and recompute only those sequences explicitly beside it
-(:func:`implicit_em.probes.attention.shadow`; with attention dropout they split the call instead), so a captured
-step costs little more than an unprobed one and its results are the model's.
+(:func:`implicit_em.probes.attention.observed_attention` decides, for both adapters; with attention dropout the
+call is split instead), so a captured step costs little more than an unprobed one and its results are the
+model's. Imports go one way: this module uses the adapters, the adapters use only ``probes/attention.py``.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -465,13 +465,3 @@ def _summary_stats(record: _Record, laws: bool) -> dict[str, Tensor]:
         if "hook_v" in g:
             stats["value_law"] = per_head_max(g["hook_v"] - value_law(a, u, keep))
     return stats
-
-
-def warn_no_capture(site: str) -> None:
-    """Adapters call this when a probed module's forward ran without reaching the attention function."""
-    warnings.warn(
-        f"{site}: the module's forward did not reach a probe-able attention call (a fused fast path, an "
-        "import-time alias of scaled_dot_product_attention, or need_weights=True); nothing was captured",
-        RuntimeWarning,
-        stacklevel=3,
-    )
