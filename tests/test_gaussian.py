@@ -21,8 +21,8 @@ from sklearn.mixture._gaussian_mixture import (
 )
 
 from implicit_em import gaussian
+from implicit_em._checks import check_finite, check_floating
 from implicit_em.distances import GaussianComponents
-from implicit_em.distances import precisions_cholesky_from_covariances as _old_precisions_cholesky_raise
 from implicit_em.gaussian import (
     COVARIANCE_TYPES,
     CovarianceType,
@@ -35,17 +35,121 @@ from implicit_em.gaussian import (
     precisions_cholesky,
     precisions_cholesky_from_precisions,
 )
-from implicit_em.mixture._stats import COVARIANCE_TYPES as _OLD_STATS_TYPES
-from implicit_em.mixture._stats import covariances_from_precision_cholesky as _old_covariances
-from implicit_em.mixture._stats import full_precisions as _old_full_precisions
-from implicit_em.mixture._stats import log_det_cholesky as _old_log_det_cholesky
-from implicit_em.mixture._stats import precision_cholesky as _old_precisions_cholesky_ridge
-from implicit_em.mixture._stats import precision_cholesky_from_precisions as _old_from_precisions
-from implicit_em.objectives import COVARIANCE_TYPES as _OLD_OBJECTIVES_TYPES
-from implicit_em.objectives import log_det_whitening as _old_log_det_whitening
 
 F64 = torch.float64
 K, D = 3, 4
+
+
+# -- the old paths, verbatim from before the move (distances.precisions_cholesky_from_covariances,
+# mixture/_stats.py, objectives.log_det_whitening), kept as references now that the library has one copy ------
+
+_OLD_COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")  # objectives.py and mixture/_stats.py each had one
+
+
+def _old_precisions_cholesky_raise(covariances: torch.Tensor, covariance_type: str) -> torch.Tensor:
+    """sklearn's ``_compute_precision_cholesky`` in torch: P = L⁻ᵀ for Σ = L Lᵀ (full, tied), 1/√σ² otherwise."""
+    check_floating("covariances", covariances)
+    check_finite("covariances", covariances)
+    if covariance_type in ("full", "tied"):
+        if covariances.shape[-1] != covariances.shape[-2]:
+            raise ValueError(f"covariances must be square matrices, got {tuple(covariances.shape)}")
+        chol, info = torch.linalg.cholesky_ex(covariances)
+        if bool((info != 0).any()):
+            bad = torch.nonzero(info.reshape(-1)).flatten().tolist()
+            raise ValueError(
+                f"covariance {'' if covariance_type == 'tied' else f'of component(s) {bad} '}is not positive "
+                "definite (degenerate covariance); add a ridge such as reg_covar"
+            )
+        eye = torch.eye(covariances.shape[-1], dtype=covariances.dtype, device=covariances.device)
+        return torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False).mT
+    if not bool((covariances > 0).all()):
+        raise ValueError("variances must be > 0 (degenerate covariance); add a ridge such as reg_covar")
+    return covariances.rsqrt()
+
+
+def _old_full_precisions(
+    precisions_cholesky: torch.Tensor, covariance_type: str, n_components: int, n_features: int
+) -> torch.Tensor:
+    """Λ_j = U_j U_jᵀ as (K, D, D) matrices for any covariance type (U = precisions_cholesky)."""
+    u = precisions_cholesky
+    if covariance_type == "full":
+        return u @ u.mT
+    if covariance_type == "tied":
+        return (u @ u.T).expand(n_components, n_features, n_features)
+    if covariance_type == "diag":
+        return torch.diag_embed(u**2)
+    eye = torch.eye(n_features, dtype=u.dtype, device=u.device)
+    return (u**2)[:, None, None] * eye
+
+
+def _old_log_det_cholesky(precisions_cholesky: torch.Tensor, covariance_type: str, n_features: int) -> torch.Tensor:
+    """log|det W_j| = Σ log diag(U_j), shape (K,) or 0-dim for tied (as sklearn's _compute_log_det_cholesky)."""
+    u = precisions_cholesky
+    if covariance_type == "full":
+        return torch.log(torch.diagonal(u, dim1=-2, dim2=-1)).sum(-1)
+    if covariance_type == "tied":
+        return torch.log(torch.diagonal(u)).sum()
+    if covariance_type == "diag":
+        return torch.log(u).sum(-1)
+    return n_features * torch.log(u)
+
+
+def _old_precisions_cholesky_ridge(cov: torch.Tensor, covariance_type: str) -> torch.Tensor:
+    """U with Σ⁻¹ = U Uᵀ, U upper-triangular: U = L⁻ᵀ for Σ = L Lᵀ (sklearn's ``_compute_precision_cholesky``).
+
+    A matrix that is not numerically positive definite gets a growing ridge and a warning instead of an error.
+    """
+    if covariance_type in ("diag", "spherical"):
+        return torch.rsqrt(cov)
+    eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
+    chol, info = torch.linalg.cholesky_ex(cov)
+    ridge = 1e-10 * torch.diagonal(cov, dim1=-2, dim2=-1).abs().amax().clamp(min=1e-12)
+    while bool((info > 0).any()):
+        warnings.warn(
+            f"covariance not positive definite; adding {float(ridge):.3g} to its diagonal "
+            "(increase reg_covar to avoid this)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        cov = cov + ridge * eye
+        ridge = ridge * 10
+        chol, info = torch.linalg.cholesky_ex(cov)
+    inv = torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False)
+    return torch.triu(inv.mT).contiguous()
+
+
+def _old_covariances(prec_chol: torch.Tensor, covariance_type: str) -> torch.Tensor:
+    """Σ = (U Uᵀ)⁻¹ from U, in the shape of the covariance type."""
+    if covariance_type in ("diag", "spherical"):
+        return 1.0 / prec_chol**2
+    eye = torch.eye(prec_chol.shape[-1], dtype=prec_chol.dtype, device=prec_chol.device)
+    u_inv = torch.linalg.solve_triangular(prec_chol, eye.expand_as(prec_chol), upper=True)  # U⁻¹
+    return u_inv.mT @ u_inv
+
+
+def _old_from_precisions(precisions: torch.Tensor, covariance_type: str) -> torch.Tensor:
+    """U from Λ (sklearn's ``_compute_precision_cholesky_from_precisions``): U = flip(chol(flip Λ)) pattern."""
+    if covariance_type in ("diag", "spherical"):
+        return torch.sqrt(precisions)
+    flipped = torch.flip(precisions, dims=(-2, -1))
+    chol = torch.linalg.cholesky(flipped)
+    return torch.flip(chol, dims=(-2, -1))
+
+
+def _old_log_det_whitening(whitening: torch.Tensor, covariance_type: str, n_features: int) -> torch.Tensor:
+    r"""log|det W_j| for each component: (K,), or a 0-dim tensor for ``"tied"`` (one W shared by all).
+
+    A general full W uses :func:`torch.linalg.slogdet`; diagonal and spherical W are O(D). For a triangular W
+    the log-determinant is the sum of the log-diagonal (:class:`~implicit_em.distances.GaussianComponents` passes
+    it precomputed). Spherical W is a scalar :math:`w` per component, :math:`\log|\det W| = D \log|w|`.
+    """
+    if covariance_type in ("full", "tied"):
+        return torch.linalg.slogdet(whitening).logabsdet
+    if covariance_type == "diag":
+        return whitening.abs().log().sum(dim=-1)
+    if covariance_type == "spherical":
+        return n_features * whitening.abs().log()
+    raise ValueError(f"covariance_type must be one of {_OLD_COVARIANCE_TYPES}, got {covariance_type!r}")
 
 
 def _old_components_covariances(precisions_cholesky: torch.Tensor, covariance_type: str) -> torch.Tensor:
@@ -108,7 +212,7 @@ def _sklearn_fit(covariance_type: str) -> SkGaussianMixture:
 def test_covariance_types_are_sklearns_and_the_old_constants() -> None:
     assert COVARIANCE_TYPES == ("full", "tied", "diag", "spherical")
     assert typing.get_args(CovarianceType) == COVARIANCE_TYPES
-    assert COVARIANCE_TYPES == _OLD_OBJECTIVES_TYPES == _OLD_STATS_TYPES
+    assert COVARIANCE_TYPES == _OLD_COVARIANCE_TYPES
 
 
 @pytest.mark.parametrize("covariance_type", COVARIANCE_TYPES)
@@ -248,6 +352,9 @@ def test_covariances_from_precisions_cholesky_equals_the_old_paths(covariance_ty
     assert torch.equal(new, _old_covariances(u, covariance_type))
     # GaussianComponents solved the lower-triangular system of W = Uᵀ instead: the same up to round-off.
     torch.testing.assert_close(new, _old_components_covariances(u, covariance_type), rtol=1e-13, atol=0)
+    comps = GaussianComponents.from_precisions_cholesky(torch.zeros(K, D, dtype=F64), u, covariance_type)  # type: ignore[arg-type]
+    u_c = comps.precisions_cholesky().detach()  # u through exp(log u): equal up to round-off
+    assert torch.equal(comps.covariances().detach(), covariances_from_precisions_cholesky(u_c, covariance_type))
     torch.testing.assert_close(new, cov, rtol=1e-12, atol=1e-14)
 
 
@@ -269,7 +376,7 @@ def test_precisions_equal_sklearn_and_the_old_components_path(covariance_type: s
     np.testing.assert_allclose(precisions(u, covariance_type).numpy(), sk.precisions_, rtol=1e-12, atol=1e-12)
     comps = GaussianComponents.from_precisions_cholesky(torch.from_numpy(sk.means_), u, covariance_type)  # type: ignore[arg-type]
     u_c = comps.precisions_cholesky().detach()
-    assert torch.equal(precisions(u_c, covariance_type), _old_components_precisions(u_c, covariance_type))
+    assert torch.equal(comps.precisions().detach(), _old_components_precisions(u_c, covariance_type))
 
 
 @pytest.mark.parametrize("covariance_type", COVARIANCE_TYPES)

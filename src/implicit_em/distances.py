@@ -15,8 +15,10 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from implicit_em import gaussian
 from implicit_em._checks import check_finite, check_floating
-from implicit_em.objectives import COVARIANCE_TYPES, CovarianceType, gaussian_energies
+from implicit_em.gaussian import CovarianceType
+from implicit_em.objectives import gaussian_energies
 
 __all__ = [
     "GaussianComponents",
@@ -158,8 +160,7 @@ class GaussianComponents(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if covariance_type not in COVARIANCE_TYPES:
-            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}, got {covariance_type!r}")
+        gaussian.check_covariance_type(covariance_type)
         if n_components < 1 or n_features < 1:
             raise ValueError(f"need n_components >= 1 and n_features >= 1, got {n_components}, {n_features}")
         self.n_components, self.n_features, self.covariance_type = n_components, n_features, covariance_type
@@ -213,17 +214,12 @@ class GaussianComponents(nn.Module):
 
     def precisions(self) -> Tensor:
         """sklearn's ``precisions_``: Wᵀ W (full (K, D, D), tied (D, D)) or W² (diag (K, D), spherical (K,))."""
-        w = self.whitening()
-        return w.mT @ w if self.covariance_type in ("full", "tied") else w.square()
+        return gaussian.precisions(self.precisions_cholesky(), self.covariance_type)
 
     def covariances(self) -> Tensor:
-        """sklearn's ``covariances_``: Σ = W⁻¹ W⁻ᵀ by a triangular solve (no general inverse), or 1/W²."""
-        w = self.whitening()
-        if self.covariance_type in ("full", "tied"):
-            eye = torch.eye(self.n_features, dtype=w.dtype, device=w.device).expand_as(w)
-            w_inv = torch.linalg.solve_triangular(w, eye, upper=False)
-            return w_inv @ w_inv.mT
-        return w.square().reciprocal()
+        """sklearn's ``covariances_``: Σ = W⁻¹ W⁻ᵀ by a triangular solve (no general inverse), or 1/W²
+        (:func:`~implicit_em.gaussian.covariances_from_precisions_cholesky`)."""
+        return gaussian.covariances_from_precisions_cholesky(self.precisions_cholesky(), self.covariance_type)
 
     # -- construction ----------------------------------------------------------------------------------------
 
@@ -236,8 +232,7 @@ class GaussianComponents(nn.Module):
             raise ValueError(f"means must have shape {tuple(self.means.shape)}, got {tuple(means.shape)}")
         check_finite("means", means)
         check_finite("precisions_cholesky", precisions_cholesky)
-        k, d = self.n_components, self.n_features
-        expected = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}[self.covariance_type]
+        expected = gaussian.parameter_shape(self.covariance_type, self.n_components, self.n_features)
         if tuple(precisions_cholesky.shape) != expected:
             raise ValueError(
                 f"{self.covariance_type} precisions_cholesky must have shape {expected}, "
@@ -277,31 +272,10 @@ class GaussianComponents(nn.Module):
         """Components from ``means`` (K, D) and sklearn-shaped ``covariances``; raises ``ValueError`` naming the
         component whose covariance is not positive definite."""
         return cls.from_precisions_cholesky(
-            means, precisions_cholesky_from_covariances(covariances, covariance_type), covariance_type
+            means, gaussian.precisions_cholesky(covariances, covariance_type, on_singular="raise"), covariance_type
         )
 
     def extra_repr(self) -> str:
         return (
             f"n_components={self.n_components}, n_features={self.n_features}, covariance_type={self.covariance_type!r}"
         )
-
-
-def precisions_cholesky_from_covariances(covariances: Tensor, covariance_type: CovarianceType) -> Tensor:
-    """sklearn's ``_compute_precision_cholesky`` in torch: P = L⁻ᵀ for Σ = L Lᵀ (full, tied), 1/√σ² otherwise."""
-    check_floating("covariances", covariances)
-    check_finite("covariances", covariances)
-    if covariance_type in ("full", "tied"):
-        if covariances.shape[-1] != covariances.shape[-2]:
-            raise ValueError(f"covariances must be square matrices, got {tuple(covariances.shape)}")
-        chol, info = torch.linalg.cholesky_ex(covariances)
-        if bool((info != 0).any()):
-            bad = torch.nonzero(info.reshape(-1)).flatten().tolist()
-            raise ValueError(
-                f"covariance {'' if covariance_type == 'tied' else f'of component(s) {bad} '}is not positive "
-                "definite (degenerate covariance); add a ridge such as reg_covar"
-            )
-        eye = torch.eye(covariances.shape[-1], dtype=covariances.dtype, device=covariances.device)
-        return torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False).mT
-    if not bool((covariances > 0).all()):
-        raise ValueError("variances must be > 0 (degenerate covariance); add a ridge such as reg_covar")
-    return covariances.rsqrt()
