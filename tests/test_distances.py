@@ -17,17 +17,13 @@ from implicit_em.distances import (
     GaussianComponents,
     MahalanobisUnit,
     Prototypes,
-)
-from implicit_em.gaussian import precisions_cholesky
-from implicit_em.objectives import (
-    COVARIANCE_TYPES,
     _check_gaussian_args,
     gaussian_energies,
     gaussian_mixture_log_likelihood,
-    lse,
-    mixture_nll,
     whiten,
 )
+from implicit_em.gaussian import COVARIANCE_TYPES, precisions_cholesky
+from implicit_em.objectives import lse, mixture_nll
 
 F64 = torch.float64
 

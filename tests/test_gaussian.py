@@ -468,3 +468,17 @@ def test_outputs_follow_a_float32_input(covariance_type: str, on_singular: gauss
     # float32 round-off on well-conditioned D = 4 matrices: a few ulps of 1e-7, so 1e-5.
     u64 = precisions_cholesky(cov.double(), covariance_type, on_singular=on_singular)
     torch.testing.assert_close(u.double(), u64, rtol=1e-5, atol=1e-6)
+
+
+# -- where the moved names live ------------------------------------------------------------------------------
+
+
+def test_the_moved_energies_live_in_distances_and_keep_their_top_level_names() -> None:
+    import implicit_em
+    from implicit_em import distances, objectives
+
+    for name in ("gaussian_energies", "gaussian_mixture_log_likelihood", "whiten"):
+        assert name in distances.__all__ and not hasattr(objectives, name)
+    assert implicit_em.gaussian_energies is distances.gaussian_energies
+    assert implicit_em.gaussian_mixture_log_likelihood is distances.gaussian_mixture_log_likelihood
+    assert not hasattr(objectives, "COVARIANCE_TYPES") and not hasattr(objectives, "log_det_whitening")

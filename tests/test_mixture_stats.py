@@ -10,10 +10,9 @@ from scipy.stats import multivariate_normal
 from torch.testing import assert_close
 
 from implicit_em import gaussian
-from implicit_em.distances import GaussianComponents
+from implicit_em.distances import GaussianComponents, gaussian_energies
 from implicit_em.mixture import _stats
 from implicit_em.mixture.em import _estimate_gaussian_parameters, _estimate_log_gaussian_prob
-from implicit_em.objectives import gaussian_energies
 
 TYPES = ["full", "tied", "diag", "spherical"]
 

@@ -3,13 +3,18 @@
 from implicit_em import diagnostics, probes
 from implicit_em._checks import set_validate_args, validate_args_enabled
 from implicit_em.diagnostics import Monitor
-from implicit_em.distances import GaussianComponents, GaussianEnergies, MahalanobisUnit, Prototypes
+from implicit_em.distances import (
+    GaussianComponents,
+    GaussianEnergies,
+    MahalanobisUnit,
+    Prototypes,
+    gaussian_energies,
+    gaussian_mixture_log_likelihood,
+)
 from implicit_em.mixture import GaussianMixture
 from implicit_em.objectives import (
     constrained_cross_entropy,
     correntropy,
-    gaussian_energies,
-    gaussian_mixture_log_likelihood,
     identity_residual,
     independent_sigmoid_bce,
     lse,

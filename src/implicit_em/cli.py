@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
+from implicit_em.distances import gaussian_energies
 from implicit_em.objectives import (
     constrained_cross_entropy,
     correntropy,
-    gaussian_energies,
     identity_residual,
     independent_sigmoid_bce,
     lse,
