@@ -111,7 +111,7 @@ def precisions_cholesky(covariances: Shaped, covariance_type: str, on_singular: 
                 f"covariance not positive definite; adding {float(ridge):.3g} to its diagonal "
                 "(increase reg_covar to avoid this)",
                 RuntimeWarning,
-                stacklevel=3,  # the caller of the M-step, as from _stats.from_summaries
+                stacklevel=3,  # our caller's caller: the fitter that called _stats.from_summaries
             )
             covariances = covariances + ridge * eye
             ridge = ridge * 10
@@ -177,7 +177,8 @@ def precisions(precisions_cholesky: Shaped, covariance_type: str) -> Shaped:
 def full_matrices(matrices: Shaped, covariance_type: str, n_components: int, n_features: int) -> Float[Tensor, "k d d"]:
     """Any parameter of this type (covariances or precisions) as K dense D×D matrices, (K, D, D).
 
-    tied: the one matrix expanded (a view, no copy); diag: ``diag_embed``; spherical: the scalar times I.
+    full: returned as it is; tied: the one matrix expanded (a view, no copy); diag: ``diag_embed``;
+    spherical: the scalar times I.
     """
     check_covariance_type(covariance_type)
     if covariance_type == "full":
