@@ -59,10 +59,11 @@ def heldout_loglik(x: np.ndarray, weights: np.ndarray, means: np.ndarray, covs: 
     """Mean log-likelihood per sample, float64, from mixture parameters (the one scorer for everyone)."""
     import torch
 
+    from implicit_em import gaussian
     from implicit_em.mixture import _stats
 
     w, mu, c = (torch.as_tensor(np.asarray(v, dtype=np.float64)) for v in (weights, means, covs))
-    params = _stats.MixtureParams(w / w.sum(), mu, c, _stats.precision_cholesky(c, "full"))
+    params = _stats.MixtureParams(w / w.sum(), mu, c, gaussian.precisions_cholesky(c, "full", on_singular="ridge"))
     xt = torch.from_numpy(x)
     shift = xt.mean(0)
     a = _stats.score_matrix(params, "full", shift)

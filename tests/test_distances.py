@@ -17,17 +17,13 @@ from implicit_em.distances import (
     GaussianComponents,
     MahalanobisUnit,
     Prototypes,
-    precisions_cholesky_from_covariances,
-)
-from implicit_em.objectives import (
-    COVARIANCE_TYPES,
     _check_gaussian_args,
     gaussian_energies,
     gaussian_mixture_log_likelihood,
-    lse,
-    mixture_nll,
     whiten,
 )
+from implicit_em.gaussian import COVARIANCE_TYPES, precisions_cholesky
+from implicit_em.objectives import lse, mixture_nll
 
 F64 = torch.float64
 
@@ -156,7 +152,7 @@ def test_precisions_cholesky_matches_sklearn_helper() -> None:
     from sklearn.mixture._gaussian_mixture import _compute_precision_cholesky
 
     cov = _random_spd(3, 5, seed=4)
-    ours = precisions_cholesky_from_covariances(cov, "full").numpy()
+    ours = precisions_cholesky(cov, "full").numpy()
     np.testing.assert_allclose(ours, _compute_precision_cholesky(cov.numpy(), "full"), rtol=1e-10, atol=1e-12)
 
 

@@ -10,6 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture as SkGaussianMixture
 from torch.testing import assert_close
 
+from implicit_em import gaussian
 from implicit_em.mixture import GaussianMixture, _stats
 
 TYPES = ["full", "tied", "diag", "spherical"]
@@ -82,7 +83,7 @@ def test_one_em_step_is_the_xu_jordan_preconditioned_gradient_step() -> None:
     g_alpha, g_means, g_covs = torch.autograd.grad(_loglik(x, alpha, means, covs), (alpha, means, covs))
     a, m, s = alpha.detach(), means.detach(), covs.detach()
     # the EM step from our engine (reg_covar = 0)
-    params = _stats.MixtureParams(a, m, s, _stats.precision_cholesky(s, "full"))
+    params = _stats.MixtureParams(a, m, s, gaussian.precisions_cholesky(s, "full", on_singular="ridge"))
     shift = torch.zeros(2, dtype=torch.float64)
     summary, _ = _stats.summarize(x, _stats.score_matrix(params, "full", shift), shift)
     new = _stats.from_summaries(summary, shift, 0.0, "full", torch.float64)
@@ -109,7 +110,7 @@ def test_plain_gradient_step_on_means_is_em_only_with_a_per_component_step() -> 
     m = x[torch.tensor([0, 60])].clone().requires_grad_(True)
     s = sigma2 * torch.eye(2, dtype=torch.float64).expand(2, 2, 2)
     (g,) = torch.autograd.grad(_loglik(x, a, m, s), (m,))
-    params = _stats.MixtureParams(a, m.detach(), s, _stats.precision_cholesky(s, "full"))
+    params = _stats.MixtureParams(a, m.detach(), s, gaussian.precisions_cholesky(s, "full", on_singular="ridge"))
     shift = torch.zeros(2, dtype=torch.float64)
     summary, _ = _stats.summarize(x, _stats.score_matrix(params, "full", shift), shift)
     em_means = _stats.from_summaries(summary, shift, 0.0, "full", torch.float64).means

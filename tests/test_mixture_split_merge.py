@@ -4,6 +4,7 @@ import numpy as np
 import torch
 from torch.testing import assert_close
 
+from implicit_em import gaussian
 from implicit_em.mixture import GaussianMixture, _stats
 from implicit_em.mixture.split_merge import Split, apply_move
 
@@ -20,7 +21,7 @@ def test_merge_matches_the_first_two_moments_of_the_pair() -> None:
     cov = a @ a.mT + 0.5 * torch.eye(2, dtype=torch.float64)
     w = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
     mu = torch.randn(3, 2, generator=g, dtype=torch.float64)
-    params = _stats.MixtureParams(w, mu, cov, _stats.precision_cholesky(cov, "full"))
+    params = _stats.MixtureParams(w, mu, cov, gaussian.precisions_cholesky(cov, "full", on_singular="ridge"))
     split = Split(
         torch.tensor([0.4, 0.6], dtype=torch.float64),
         mu[2] + torch.tensor([[1.0, 0.0], [-1.0, 0.0]]),

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from scipy.stats import multivariate_normal
 from torch.testing import assert_close
 
-from implicit_em.distances import GaussianComponents
+from implicit_em import gaussian
+from implicit_em.distances import GaussianComponents, gaussian_energies
 from implicit_em.mixture import _stats
 from implicit_em.mixture.em import _estimate_gaussian_parameters, _estimate_log_gaussian_prob
-from implicit_em.objectives import gaussian_energies
 
 TYPES = ["full", "tied", "diag", "spherical"]
 
@@ -29,7 +29,7 @@ def _random_params(cov_type: str, k: int = 3, d: int = 4, seed: int = 0) -> _sta
         "spherical": torch.diagonal(full, dim1=-2, dim2=-1).mean(1),
     }[cov_type]
     weights = torch.softmax(torch.randn(k, generator=g, dtype=torch.float64), 0)
-    return _stats.MixtureParams(weights, means, cov, _stats.precision_cholesky(cov, cov_type))
+    return _stats.MixtureParams(weights, means, cov, gaussian.precisions_cholesky(cov, cov_type, on_singular="ridge"))
 
 
 def _full_cov(p: _stats.MixtureParams, cov_type: str, j: int) -> np.ndarray:
@@ -129,14 +129,14 @@ def test_m_step_from_summaries_matches_direct_m_step(cov_type: str) -> None:
 @given(st.integers(1, 5), st.integers(1, 4), st.sampled_from(TYPES), st.integers(0, 100))
 def test_precision_cholesky_round_trips(k: int, d: int, cov_type: str, seed: int) -> None:
     p = _random_params(cov_type, k=k, d=d, seed=seed)
-    back = _stats.covariances_from_precision_cholesky(p.precisions_cholesky, cov_type)
+    back = gaussian.covariances_from_precisions_cholesky(p.precisions_cholesky, cov_type)
     assert_close(back, p.covariances, rtol=1e-9, atol=1e-10)
-    lam = _stats.full_precisions(p.precisions_cholesky, cov_type, k, d)
+    lam = gaussian.full_precisions(p.precisions_cholesky, cov_type, k, d)
     prec = lam if cov_type == "full" else lam[0] if cov_type == "tied" else torch.diagonal(lam, dim1=-2, dim2=-1)
     if cov_type == "spherical":
         prec = prec[:, 0]
     assert_close(
-        _stats.precision_cholesky_from_precisions(prec, cov_type), p.precisions_cholesky, rtol=1e-9, atol=1e-10
+        gaussian.precisions_cholesky_from_precisions(prec, cov_type), p.precisions_cholesky, rtol=1e-9, atol=1e-10
     )
 
 
@@ -144,7 +144,7 @@ def test_singular_covariance_gets_a_ridge_and_a_warning() -> None:
     cov = torch.zeros(1, 3, 3, dtype=torch.float64)
     cov[0, 0, 0] = 1.0
     with pytest.warns(RuntimeWarning, match="not positive definite"):
-        u = _stats.precision_cholesky(cov, "full")
+        u = gaussian.precisions_cholesky(cov, "full", on_singular="ridge")
     assert torch.isfinite(u).all()
 
 

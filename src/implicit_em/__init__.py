@@ -3,14 +3,19 @@
 from implicit_em import diagnostics, probes
 from implicit_em._checks import set_validate_args, validate_args_enabled
 from implicit_em.diagnostics import Monitor
-from implicit_em.distances import GaussianComponents, GaussianEnergies, MahalanobisUnit, Prototypes
+from implicit_em.distances import (
+    GaussianComponents,
+    GaussianEnergies,
+    MahalanobisUnit,
+    Prototypes,
+    gaussian_energies,
+    gaussian_mixture_log_likelihood,
+)
 from implicit_em.laws import identity_residual
 from implicit_em.mixture import GaussianMixture
 from implicit_em.objectives import (
     constrained_cross_entropy,
     correntropy,
-    gaussian_energies,
-    gaussian_mixture_log_likelihood,
     independent_sigmoid_bce,
     lse,
     mixture_nll,

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
+from implicit_em.distances import gaussian_energies
 from implicit_em.laws import constrained_law, lse_law, mixture_nll_law, routing_law, volume_law
 from implicit_em.objectives import (
     constrained_cross_entropy,
     correntropy,
-    gaussian_energies,
     independent_sigmoid_bce,
     lse,
     mixture_nll,

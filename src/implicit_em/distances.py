@@ -4,7 +4,9 @@ Each module owns its parameters and their parametrisation; the math is a pure fu
 
 - :class:`MahalanobisUnit`: :math:`d(x) = |w \cdot x + b|`, a linear layer followed by abs (§2.1).
 - :class:`Prototypes`: squared Euclidean distances to K learnable prototypes.
-- :class:`GaussianComponents`: K means and whitenings; energies with and without the log-det volume term.
+- :class:`GaussianComponents`: K means and whitenings; energies with and without the log-det volume term,
+  from the pure functions :func:`whiten` and :func:`gaussian_energies` (the §3.4 parameter conversions are
+  :mod:`implicit_em.gaussian`).
 """
 
 import math
@@ -15,16 +17,21 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from implicit_em._checks import check_finite, check_floating
-from implicit_em.objectives import COVARIANCE_TYPES, CovarianceType, gaussian_energies
+from implicit_em import gaussian
+from implicit_em._checks import check_finite, check_floating, validate_args_enabled
+from implicit_em.gaussian import CovarianceType
+from implicit_em.objectives import mixture_nll
 
 __all__ = [
     "GaussianComponents",
     "GaussianEnergies",
     "MahalanobisUnit",
     "Prototypes",
+    "gaussian_energies",
+    "gaussian_mixture_log_likelihood",
     "mahalanobis_unit",
     "squared_euclidean",
+    "whiten",
 ]
 
 
@@ -43,6 +50,105 @@ def squared_euclidean(x: Float[Tensor, "*batch d"], prototypes: Float[Tensor, "k
             f"(x {tuple(x.shape)}, prototypes {tuple(prototypes.shape)})"
         )
     return (x.unsqueeze(-2) - prototypes).square().sum(dim=-1)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Gaussian energies with the volume term (§3.4)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _check_gaussian_args(x: Tensor, means: Tensor, whitening: Tensor, covariance_type: str) -> None:
+    gaussian.check_covariance_type(covariance_type)
+    for name, t in (("x", x), ("means", means), ("whitening", whitening)):
+        check_floating(name, t)
+    if means.dim() != 2 or means.shape[0] == 0:
+        raise ValueError(f"means must have shape (K, D) with K >= 1, got {tuple(means.shape)}")
+    k, dim = means.shape
+    if x.dim() < 1 or x.shape[-1] != dim:
+        raise ValueError(f"x must have shape (..., D) with D = {dim} (from means), got {tuple(x.shape)}")
+    expected = gaussian.parameter_shape(covariance_type, k, dim)
+    if tuple(whitening.shape) != expected:
+        raise ValueError(
+            f"{covariance_type} whitening must have shape {expected} for K = {k}, D = {dim}, "
+            f"got {tuple(whitening.shape)}"
+        )
+    check_finite("x", x)
+    check_finite("whitening", whitening)
+
+
+def whiten(
+    x: Float[Tensor, "*batch d"],
+    means: Float[Tensor, "k d"],
+    whitening: Tensor,
+    covariance_type: CovarianceType = "full",
+) -> Float[Tensor, "*batch k d"]:
+    r"""Whitened residuals :math:`z_j = W_j (x - \mu_j)` for every component, shape (..., K, D).
+
+    Whitening conventions (sklearn's ``precisions_cholesky_`` P): full (K, D, D), :math:`W_j = P_j^\top`;
+    tied (D, D), :math:`W = P^\top`; diag (K, D), :math:`W_j = \mathrm{diag}(P_j)`; spherical (K,), a scalar.
+    Computed on the explicit difference x − μ (no expansion of the square, so no cancellation), which holds
+    (..., K, D) in memory; fitters for large N chunk over samples.
+    """
+    _check_gaussian_args(x, means, whitening, covariance_type)
+    diff = x.unsqueeze(-2) - means  # (..., K, D)
+    if covariance_type == "full":
+        return torch.einsum("kij,...kj->...ki", whitening, diff)
+    if covariance_type == "tied":
+        return diff @ whitening.T
+    if covariance_type == "diag":
+        return diff * whitening
+    return diff * whitening.unsqueeze(-1)
+
+
+def gaussian_energies(
+    x: Float[Tensor, "*batch d"],
+    means: Float[Tensor, "k d"],
+    whitening: Tensor,
+    covariance_type: CovarianceType = "full",
+    log_det: Tensor | None = None,
+    volume: bool = True,
+) -> Float[Tensor, "*batch k"]:
+    r"""Gaussian energies with the volume term (paper §3.4; DESIGN.md §1).
+
+    .. math::  e_j(x) = \tfrac12 \|z_j\|^2 - \log|\det W_j| + \tfrac{D}{2}\log 2\pi, \qquad z_j = W_j(x - \mu_j)
+
+    so that :math:`-e_j(x) = \log \mathcal N(x; \mu_j, \Sigma_j)` with :math:`\Sigma_j = (W_j^\top W_j)^{-1}`,
+    and ``-mixture_nll(e, log_weights)`` is the exact GMM log-likelihood. Without the volume term
+    (``volume=False``) the result is the distance :math:`\tfrac12 \|z_j\|^2` alone, which is maximised by
+    W → 0 (metric collapse).
+
+    Args:
+        x: inputs (..., D). means: (K, D). whitening: see :func:`whiten`.
+        log_det: precomputed log|det W_j| ((K,) or 0-dim); computed by :func:`~implicit_em.gaussian.log_det`
+            (slogdet for a full or tied W, which need not be triangular) if omitted.
+        volume: include −log|det W| + (D/2) log 2π.
+    Returns:
+        energies (..., K).
+    Raises:
+        ValueError: on shape mismatches, non-finite inputs (value checks on), or a singular whitening (a
+            degenerate covariance: log|det W| = −inf).
+    """
+    z = whiten(x, means, whitening, covariance_type)
+    sq = 0.5 * z.square().sum(dim=-1)  # (..., K)
+    if not volume:
+        return sq
+    n_features = means.shape[-1]
+    if log_det is None:
+        log_det = gaussian.log_det(whitening, covariance_type, n_features)
+    if validate_args_enabled() and not torch.isfinite(log_det).all():
+        raise ValueError("singular whitening (log|det W| is not finite): a degenerate covariance")
+    return sq - log_det + 0.5 * n_features * math.log(2 * math.pi)
+
+
+def gaussian_mixture_log_likelihood(
+    x: Float[Tensor, "*batch d"],
+    log_weights: Float[Tensor, " k"],
+    means: Float[Tensor, "k d"],
+    whitening: Tensor,
+    covariance_type: CovarianceType = "full",
+) -> Float[Tensor, "..."]:
+    r""":math:`\log \sum_j \pi_j \mathcal N(x; \mu_j, \Sigma_j)` per sample: ``-mixture_nll`` of the energies."""
+    return -mixture_nll(gaussian_energies(x, means, whitening, covariance_type), log_weights)
 
 
 class MahalanobisUnit(nn.Module):
@@ -158,8 +264,7 @@ class GaussianComponents(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if covariance_type not in COVARIANCE_TYPES:
-            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}, got {covariance_type!r}")
+        gaussian.check_covariance_type(covariance_type)
         if n_components < 1 or n_features < 1:
             raise ValueError(f"need n_components >= 1 and n_features >= 1, got {n_components}, {n_features}")
         self.n_components, self.n_features, self.covariance_type = n_components, n_features, covariance_type
@@ -180,7 +285,7 @@ class GaussianComponents(nn.Module):
     # -- parametrisation -------------------------------------------------------------------------------------
 
     def whitening(self) -> Tensor:
-        """W in :func:`~implicit_em.objectives.whiten`'s convention: full (K, D, D) lower-triangular, tied
+        """W in :func:`whiten`'s convention: full (K, D, D) lower-triangular, tied
         (D, D), diag (K, D), spherical (K,)."""
         if self.covariance_type in ("full", "tied"):
             return torch.tril(self.lower, diagonal=-1) + torch.diag_embed(self.log_diag.exp())
@@ -213,17 +318,12 @@ class GaussianComponents(nn.Module):
 
     def precisions(self) -> Tensor:
         """sklearn's ``precisions_``: Wᵀ W (full (K, D, D), tied (D, D)) or W² (diag (K, D), spherical (K,))."""
-        w = self.whitening()
-        return w.mT @ w if self.covariance_type in ("full", "tied") else w.square()
+        return gaussian.precisions(self.precisions_cholesky(), self.covariance_type)
 
     def covariances(self) -> Tensor:
-        """sklearn's ``covariances_``: Σ = W⁻¹ W⁻ᵀ by a triangular solve (no general inverse), or 1/W²."""
-        w = self.whitening()
-        if self.covariance_type in ("full", "tied"):
-            eye = torch.eye(self.n_features, dtype=w.dtype, device=w.device).expand_as(w)
-            w_inv = torch.linalg.solve_triangular(w, eye, upper=False)
-            return w_inv @ w_inv.mT
-        return w.square().reciprocal()
+        """sklearn's ``covariances_``: Σ = W⁻¹ W⁻ᵀ by a triangular solve (no general inverse), or 1/W²
+        (:func:`~implicit_em.gaussian.covariances_from_precisions_cholesky`)."""
+        return gaussian.covariances_from_precisions_cholesky(self.precisions_cholesky(), self.covariance_type)
 
     # -- construction ----------------------------------------------------------------------------------------
 
@@ -236,8 +336,7 @@ class GaussianComponents(nn.Module):
             raise ValueError(f"means must have shape {tuple(self.means.shape)}, got {tuple(means.shape)}")
         check_finite("means", means)
         check_finite("precisions_cholesky", precisions_cholesky)
-        k, d = self.n_components, self.n_features
-        expected = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}[self.covariance_type]
+        expected = gaussian.parameter_shape(self.covariance_type, self.n_components, self.n_features)
         if tuple(precisions_cholesky.shape) != expected:
             raise ValueError(
                 f"{self.covariance_type} precisions_cholesky must have shape {expected}, "
@@ -277,31 +376,10 @@ class GaussianComponents(nn.Module):
         """Components from ``means`` (K, D) and sklearn-shaped ``covariances``; raises ``ValueError`` naming the
         component whose covariance is not positive definite."""
         return cls.from_precisions_cholesky(
-            means, precisions_cholesky_from_covariances(covariances, covariance_type), covariance_type
+            means, gaussian.precisions_cholesky(covariances, covariance_type, on_singular="raise"), covariance_type
         )
 
     def extra_repr(self) -> str:
         return (
             f"n_components={self.n_components}, n_features={self.n_features}, covariance_type={self.covariance_type!r}"
         )
-
-
-def precisions_cholesky_from_covariances(covariances: Tensor, covariance_type: CovarianceType) -> Tensor:
-    """sklearn's ``_compute_precision_cholesky`` in torch: P = L⁻ᵀ for Σ = L Lᵀ (full, tied), 1/√σ² otherwise."""
-    check_floating("covariances", covariances)
-    check_finite("covariances", covariances)
-    if covariance_type in ("full", "tied"):
-        if covariances.shape[-1] != covariances.shape[-2]:
-            raise ValueError(f"covariances must be square matrices, got {tuple(covariances.shape)}")
-        chol, info = torch.linalg.cholesky_ex(covariances)
-        if bool((info != 0).any()):
-            bad = torch.nonzero(info.reshape(-1)).flatten().tolist()
-            raise ValueError(
-                f"covariance {'' if covariance_type == 'tied' else f'of component(s) {bad} '}is not positive "
-                "definite (degenerate covariance); add a ridge such as reg_covar"
-            )
-        eye = torch.eye(covariances.shape[-1], dtype=covariances.dtype, device=covariances.device)
-        return torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False).mT
-    if not bool((covariances > 0).all()):
-        raise ValueError("variances must be > 0 (degenerate covariance); add a ridge such as reg_covar")
-    return covariances.rsqrt()

@@ -28,19 +28,13 @@ from implicit_em._checks import check_distances, check_finite, check_floating, v
 __all__ = [
     "constrained_cross_entropy",
     "correntropy",
-    "gaussian_energies",
-    "gaussian_mixture_log_likelihood",
     "independent_sigmoid_bce",
-    "log_det_whitening",
     "lse",
     "mixture_nll",
     "responsibilities",
     "softmin_bounds",
-    "whiten",
 ]
 
-CovarianceType = Literal["full", "tied", "diag", "spherical"]
-COVARIANCE_TYPES: tuple[str, ...] = ("full", "tied", "diag", "spherical")
 Regime = Literal["lse", "mixture_nll", "constrained"]
 
 
@@ -114,8 +108,8 @@ def mixture_nll(d: Float[Tensor, "*batch k"], log_weights: Tensor | None = None,
     .. math::  L^-(d) = -\log \sum_j \pi_j \exp(-d_j)
 
     It is minimised; its gradient is :math:`\partial L^- / \partial d_j = +r_j` (the paper prints :math:`-r_j`
-    in §4.1; the sign here is the right one). With Gaussian energies from :func:`gaussian_energies` this is
-    exactly the Gaussian mixture negative log-likelihood.
+    in §4.1; the sign here is the right one). With Gaussian energies from
+    :func:`~implicit_em.distances.gaussian_energies` this is exactly the Gaussian mixture negative log-likelihood.
 
     Args:
         d: distances (energies), K components along ``dim``.
@@ -243,120 +237,3 @@ def independent_sigmoid_bce(z: Float[Tensor, "*batch k"], targets: Tensor, dim: 
     check_finite("z", z)
     t = _target_distribution(targets, z, dim, 0.0)
     return F.binary_cross_entropy_with_logits(z, t, reduction="none").sum(dim=dim)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Gaussian energies with the volume term (§3.4)
-# --------------------------------------------------------------------------------------------------------------
-
-_WHITENING_NDIM = {"full": 3, "tied": 2, "diag": 2, "spherical": 1}
-
-
-def _check_gaussian_args(x: Tensor, means: Tensor, whitening: Tensor, covariance_type: str) -> None:
-    if covariance_type not in COVARIANCE_TYPES:
-        raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}, got {covariance_type!r}")
-    for name, t in (("x", x), ("means", means), ("whitening", whitening)):
-        check_floating(name, t)
-    if means.dim() != 2 or means.shape[0] == 0:
-        raise ValueError(f"means must have shape (K, D) with K >= 1, got {tuple(means.shape)}")
-    k, dim = means.shape
-    if x.dim() < 1 or x.shape[-1] != dim:
-        raise ValueError(f"x must have shape (..., D) with D = {dim} (from means), got {tuple(x.shape)}")
-    expected = {"full": (k, dim, dim), "tied": (dim, dim), "diag": (k, dim), "spherical": (k,)}[covariance_type]
-    if tuple(whitening.shape) != expected:
-        raise ValueError(
-            f"{covariance_type} whitening must have shape {expected} for K = {k}, D = {dim}, "
-            f"got {tuple(whitening.shape)}"
-        )
-    check_finite("x", x)
-    check_finite("whitening", whitening)
-
-
-def log_det_whitening(whitening: Tensor, covariance_type: CovarianceType, n_features: int) -> Tensor:
-    r"""log|det W_j| for each component: (K,), or a 0-dim tensor for ``"tied"`` (one W shared by all).
-
-    A general full W uses :func:`torch.linalg.slogdet`; diagonal and spherical W are O(D). For a triangular W
-    the log-determinant is the sum of the log-diagonal (:class:`~implicit_em.distances.GaussianComponents` passes
-    it precomputed). Spherical W is a scalar :math:`w` per component, :math:`\log|\det W| = D \log|w|`.
-    """
-    if covariance_type in ("full", "tied"):
-        return torch.linalg.slogdet(whitening).logabsdet
-    if covariance_type == "diag":
-        return whitening.abs().log().sum(dim=-1)
-    if covariance_type == "spherical":
-        return n_features * whitening.abs().log()
-    raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}, got {covariance_type!r}")
-
-
-def whiten(
-    x: Float[Tensor, "*batch d"],
-    means: Float[Tensor, "k d"],
-    whitening: Tensor,
-    covariance_type: CovarianceType = "full",
-) -> Float[Tensor, "*batch k d"]:
-    r"""Whitened residuals :math:`z_j = W_j (x - \mu_j)` for every component, shape (..., K, D).
-
-    Whitening conventions (sklearn's ``precisions_cholesky_`` P): full (K, D, D), :math:`W_j = P_j^\top`;
-    tied (D, D), :math:`W = P^\top`; diag (K, D), :math:`W_j = \mathrm{diag}(P_j)`; spherical (K,), a scalar.
-    Computed on the explicit difference x − μ (no expansion of the square, so no cancellation), which holds
-    (..., K, D) in memory; fitters for large N chunk over samples.
-    """
-    _check_gaussian_args(x, means, whitening, covariance_type)
-    diff = x.unsqueeze(-2) - means  # (..., K, D)
-    if covariance_type == "full":
-        return torch.einsum("kij,...kj->...ki", whitening, diff)
-    if covariance_type == "tied":
-        return diff @ whitening.T
-    if covariance_type == "diag":
-        return diff * whitening
-    return diff * whitening.unsqueeze(-1)
-
-
-def gaussian_energies(
-    x: Float[Tensor, "*batch d"],
-    means: Float[Tensor, "k d"],
-    whitening: Tensor,
-    covariance_type: CovarianceType = "full",
-    log_det: Tensor | None = None,
-    volume: bool = True,
-) -> Float[Tensor, "*batch k"]:
-    r"""Gaussian energies with the volume term (paper §3.4; DESIGN.md §1).
-
-    .. math::  e_j(x) = \tfrac12 \|z_j\|^2 - \log|\det W_j| + \tfrac{D}{2}\log 2\pi, \qquad z_j = W_j(x - \mu_j)
-
-    so that :math:`-e_j(x) = \log \mathcal N(x; \mu_j, \Sigma_j)` with :math:`\Sigma_j = (W_j^\top W_j)^{-1}`,
-    and ``-mixture_nll(e, log_weights)`` is the exact GMM log-likelihood. Without the volume term
-    (``volume=False``) the result is the distance :math:`\tfrac12 \|z_j\|^2` alone, which is maximised by
-    W → 0 (metric collapse).
-
-    Args:
-        x: inputs (..., D). means: (K, D). whitening: see :func:`whiten`.
-        log_det: precomputed log|det W_j| ((K,) or 0-dim); computed by :func:`log_det_whitening` if omitted.
-        volume: include −log|det W| + (D/2) log 2π.
-    Returns:
-        energies (..., K).
-    Raises:
-        ValueError: on shape mismatches, non-finite inputs (value checks on), or a singular whitening (a
-            degenerate covariance: log|det W| = −inf).
-    """
-    z = whiten(x, means, whitening, covariance_type)
-    sq = 0.5 * z.square().sum(dim=-1)  # (..., K)
-    if not volume:
-        return sq
-    n_features = means.shape[-1]
-    if log_det is None:
-        log_det = log_det_whitening(whitening, covariance_type, n_features)
-    if validate_args_enabled() and not torch.isfinite(log_det).all():
-        raise ValueError("singular whitening (log|det W| is not finite): a degenerate covariance")
-    return sq - log_det + 0.5 * n_features * math.log(2 * math.pi)
-
-
-def gaussian_mixture_log_likelihood(
-    x: Float[Tensor, "*batch d"],
-    log_weights: Float[Tensor, " k"],
-    means: Float[Tensor, "k d"],
-    whitening: Tensor,
-    covariance_type: CovarianceType = "full",
-) -> Float[Tensor, "..."]:
-    r""":math:`\log \sum_j \pi_j \mathcal N(x; \mu_j, \Sigma_j)` per sample: ``-mixture_nll`` of the energies."""
-    return -mixture_nll(gaussian_energies(x, means, whitening, covariance_type), log_weights)

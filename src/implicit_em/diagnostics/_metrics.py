@@ -99,7 +99,7 @@ def two_timescale(
 def min_variance(whitening: Tensor, covariance_type: str) -> Tensor:
     r"""Smallest variance of each component, :math:`1/\sigma_{\max}(W_j)^2` with :math:`\Sigma_j = (W_j^T W_j)^{-1}`.
 
-    Whitening in the conventions of :func:`implicit_em.objectives.gaussian_energies`: full (K, D, D), tied
+    Whitening in the conventions of :func:`implicit_em.distances.gaussian_energies`: full (K, D, D), tied
     (D, D), diag (K, D), spherical (K,). Returns (K,) (tied: (1,)).
     """
     if covariance_type == "full":

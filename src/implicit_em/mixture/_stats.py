@@ -12,7 +12,8 @@ S = Rᵀφ (K, P) on the same features: their columns are N_j = Σ_i r_ij, Σ_i 
 the statistics are accumulated in float64.
 
 Parameters are kept in scikit-learn's shapes: weights (K,), means (K, D), covariances and precisions_cholesky
-(K, D, D) full, (D, D) tied, (K, D) diag, (K,) spherical (paper §3.4; W_j = precisions_cholesky_[j]ᵀ).
+(K, D, D) full, (D, D) tied, (K, D) diag, (K,) spherical (paper §3.4; W_j = precisions_cholesky_[j]ᵀ). The shapes
+and the conversions between covariances, precisions and their Cholesky factors are :mod:`implicit_em.gaussian`.
 """
 
 import math
@@ -22,7 +23,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
+from implicit_em import gaussian
 
 
 class MixtureParams(NamedTuple):
@@ -84,31 +85,6 @@ def quadratic_features(x: Tensor) -> Tensor:
     return quadratic_features_t(x).T
 
 
-def full_precisions(precisions_cholesky: Tensor, covariance_type: str, n_components: int, n_features: int) -> Tensor:
-    """Λ_j = U_j U_jᵀ as (K, D, D) matrices for any covariance type (U = precisions_cholesky)."""
-    u = precisions_cholesky
-    if covariance_type == "full":
-        return u @ u.mT
-    if covariance_type == "tied":
-        return (u @ u.T).expand(n_components, n_features, n_features)
-    if covariance_type == "diag":
-        return torch.diag_embed(u**2)
-    eye = torch.eye(n_features, dtype=u.dtype, device=u.device)
-    return (u**2)[:, None, None] * eye
-
-
-def log_det_cholesky(precisions_cholesky: Tensor, covariance_type: str, n_features: int) -> Tensor:
-    """log|det W_j| = Σ log diag(U_j), shape (K,) or 0-dim for tied (as sklearn's _compute_log_det_cholesky)."""
-    u = precisions_cholesky
-    if covariance_type == "full":
-        return torch.log(torch.diagonal(u, dim1=-2, dim2=-1)).sum(-1)
-    if covariance_type == "tied":
-        return torch.log(torch.diagonal(u)).sum()
-    if covariance_type == "diag":
-        return torch.log(u).sum(-1)
-    return n_features * torch.log(u)
-
-
 def score_matrix(params: MixtureParams, covariance_type: str, shift: Tensor) -> Tensor:
     r"""A (P, K) with φ(x - shift)ᵀ A_{:,j} = log π_j + log N(x; μ_j, Σ_j).
 
@@ -116,8 +92,9 @@ def score_matrix(params: MixtureParams, covariance_type: str, shift: Tensor) -> 
     """
     weights, means, _, prec_chol = (t.double() for t in params)  # built in float64, cast by the caller
     k, d = means.shape
-    lam = full_precisions(prec_chol, covariance_type, k, d)  # (K, D, D)
-    offsets = torch.log(weights) + log_det_cholesky(prec_chol, covariance_type, d) - 0.5 * d * math.log(2 * math.pi)
+    lam = gaussian.full_precisions(prec_chol, covariance_type, k, d)  # (K, D, D)
+    log_det = gaussian.log_det(prec_chol, covariance_type, d, triangular=True)
+    offsets = torch.log(weights) + log_det - 0.5 * d * math.log(2 * math.pi)
     return quadratic_score_matrix(lam, means - shift.double(), offsets)
 
 
@@ -191,14 +168,7 @@ def expected_summary(params: MixtureParams, covariance_type: str, shift: Tensor)
     w, mu, cov, _ = (t.double() for t in params)
     k, d = mu.shape
     m = mu - shift.double()
-    if covariance_type == "full":
-        full = cov
-    elif covariance_type == "tied":
-        full = cov.expand(k, d, d)
-    elif covariance_type == "diag":
-        full = torch.diag_embed(cov)
-    else:
-        full = cov[:, None, None] * torch.eye(d, dtype=cov.dtype, device=cov.device)
+    full = gaussian.full_matrices(cov, covariance_type, k, d)  # (K, D, D)
     sxx = w[:, None, None] * (full + m[:, :, None] * m[:, None, :])
     one = torch.ones((), dtype=torch.float64, device=w.device)
     return Summary(one, w.clone(), w[:, None] * m, sxx, torch.zeros_like(one))
@@ -231,7 +201,7 @@ def from_summaries(
     weights = nk / nk.sum()
     means = means_shifted + shift.double()
     cov = floor_covariances(cov, covariance_type, reg_covar)
-    prec_chol = precision_cholesky(cov, covariance_type)
+    prec_chol = gaussian.precisions_cholesky(cov, covariance_type, on_singular="ridge")
     return MixtureParams(weights.to(dtype), means.to(dtype), cov.to(dtype), prec_chol.to(dtype))
 
 
@@ -256,45 +226,3 @@ def floor_covariances(cov: Tensor, covariance_type: str, reg_covar: float) -> Te
         diag = torch.diagonal(cov, dim1=-2, dim2=-1)
         return cov + torch.diag_embed((reg_covar - diag).clamp(min=0))
     return cov.clamp(min=reg_covar)
-
-
-def precision_cholesky(cov: Tensor, covariance_type: str) -> Tensor:
-    """U with Σ⁻¹ = U Uᵀ, U upper-triangular: U = L⁻ᵀ for Σ = L Lᵀ (sklearn's ``_compute_precision_cholesky``).
-
-    A matrix that is not numerically positive definite gets a growing ridge and a warning instead of an error.
-    """
-    if covariance_type in ("diag", "spherical"):
-        return torch.rsqrt(cov)
-    eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
-    chol, info = torch.linalg.cholesky_ex(cov)
-    ridge = 1e-10 * torch.diagonal(cov, dim1=-2, dim2=-1).abs().amax().clamp(min=1e-12)
-    while bool((info > 0).any()):
-        warnings.warn(
-            f"covariance not positive definite; adding {float(ridge):.3g} to its diagonal "
-            "(increase reg_covar to avoid this)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        cov = cov + ridge * eye
-        ridge = ridge * 10
-        chol, info = torch.linalg.cholesky_ex(cov)
-    inv = torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False)
-    return torch.triu(inv.mT).contiguous()
-
-
-def covariances_from_precision_cholesky(prec_chol: Tensor, covariance_type: str) -> Tensor:
-    """Σ = (U Uᵀ)⁻¹ from U, in the shape of the covariance type."""
-    if covariance_type in ("diag", "spherical"):
-        return 1.0 / prec_chol**2
-    eye = torch.eye(prec_chol.shape[-1], dtype=prec_chol.dtype, device=prec_chol.device)
-    u_inv = torch.linalg.solve_triangular(prec_chol, eye.expand_as(prec_chol), upper=True)  # U⁻¹
-    return u_inv.mT @ u_inv
-
-
-def precision_cholesky_from_precisions(precisions: Tensor, covariance_type: str) -> Tensor:
-    """U from Λ (sklearn's ``_compute_precision_cholesky_from_precisions``): U = flip(chol(flip Λ)) pattern."""
-    if covariance_type in ("diag", "spherical"):
-        return torch.sqrt(precisions)
-    flipped = torch.flip(precisions, dims=(-2, -1))
-    chol = torch.linalg.cholesky(flipped)
-    return torch.flip(chol, dims=(-2, -1))

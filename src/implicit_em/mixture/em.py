@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from implicit_em.distances import gaussian_energies
 from implicit_em.mixture import distributed
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._stats import (
@@ -25,7 +26,6 @@ from implicit_em.mixture._stats import (
     score_matrix,
     summarize,
 )
-from implicit_em.objectives import gaussian_energies
 
 #: callback(epoch, mean train log-likelihood, seconds, component usage (K,)) after every pass
 Callback = Callable[[int, float, float, Tensor], None]
@@ -124,7 +124,7 @@ def _estimate_log_gaussian_prob(x: Tensor, means: Tensor, prec_chol: Tensor, cov
     """Reference log N(x_i; μ_j, Σ_j), shape (N, K): the foundation's Gaussian energies, negated.
 
     Whitening W_j = U_jᵀ for sklearn's upper-triangular ``precisions_cholesky_`` U (full, tied); U itself for
-    diag and spherical (:func:`implicit_em.objectives.whiten`).
+    diag and spherical (:func:`implicit_em.distances.whiten`).
     """
     whitening = prec_chol.mT if covariance_type in ("full", "tied") else prec_chol
     return -gaussian_energies(x, means, whitening, covariance_type)  # type: ignore[arg-type]

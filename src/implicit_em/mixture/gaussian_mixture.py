@@ -20,9 +20,11 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import Tensor
 
+from implicit_em import gaussian
+from implicit_em.gaussian import COVARIANCE_TYPES
 from implicit_em.mixture import _stats, distributed
 from implicit_em.mixture._data import DataSource
-from implicit_em.mixture._stats import COVARIANCE_TYPES, MixtureParams
+from implicit_em.mixture._stats import MixtureParams
 from implicit_em.mixture.em import FitResult, fit_em
 from implicit_em.mixture.gd import GDState, fit_gd, gd_step, make_state, state_params
 from implicit_em.mixture.init import INIT_PARAMS, initial_assignment
@@ -288,7 +290,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         def as_t(v: Any) -> Tensor:
             return torch.as_tensor(np.asarray(v, dtype=np.float64)).to(device=device, dtype=dtype)
 
-        shapes = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}
         if self.weights_init is not None:
             w = as_t(self.weights_init)
             if w.shape != (k,) or bool((w < 0).any()) or bool((w > 1).any()) or abs(float(w.sum()) - 1) > 1e-6:
@@ -305,12 +306,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             mu = params.means
         if self.precisions_init is not None:
             prec = as_t(self.precisions_init)
-            if prec.shape != shapes[self.covariance_type]:
-                raise ValueError(
-                    f"precisions_init must have shape {shapes[self.covariance_type]}, got {tuple(prec.shape)}"
-                )
-            prec_chol = _stats.precision_cholesky_from_precisions(prec.double(), self.covariance_type).to(dtype)
-            cov = _stats.covariances_from_precision_cholesky(prec_chol, self.covariance_type)
+            shape = gaussian.parameter_shape(self.covariance_type, k, d)
+            if prec.shape != shape:
+                raise ValueError(f"precisions_init must have shape {shape}, got {tuple(prec.shape)}")
+            prec_chol = gaussian.precisions_cholesky_from_precisions(prec.double(), self.covariance_type).to(dtype)
+            cov = gaussian.covariances_from_precisions_cholesky(prec_chol, self.covariance_type)
         else:
             assert params is not None
             prec_chol, cov = params.precisions_cholesky, params.covariances
@@ -571,7 +571,7 @@ def _sklearn_tied_init(x: Tensor, means: Tensor, nk: Tensor, reg_covar: float) -
     xd, mu, nk = x.double(), means.double(), nk.double() + 10 * torch.finfo(torch.float64).eps
     cov = (xd.T @ xd - (nk[:, None] * mu).T @ mu) / nk.sum()
     cov = cov + reg_covar * torch.eye(x.shape[1], dtype=cov.dtype, device=cov.device)
-    prec_chol = _stats.precision_cholesky(cov, "tied")
+    prec_chol = gaussian.precisions_cholesky(cov, "tied", on_singular="ridge")
     return {"covariances": cov.to(means.dtype), "precisions_cholesky": prec_chol.to(means.dtype)}
 
 

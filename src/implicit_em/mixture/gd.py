@@ -26,11 +26,10 @@ import torch
 from torch import Tensor, nn
 
 from implicit_em.distances import GaussianComponents
+from implicit_em.gaussian import covariances_from_precisions_cholesky, full_precisions
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._stats import (
     MixtureParams,
-    covariances_from_precision_cholesky,
-    full_precisions,
     log_normalize,
     quadratic_features_t,
     quadratic_score_matrix,
@@ -129,7 +128,7 @@ def state_params(state: GDState, covariance_type: str, shift: Tensor, scale: flo
     means = c.means.detach() * scale + shift.to(c.means.dtype)
     prec_chol = c.precisions_cholesky().detach() / scale
     weights = torch.softmax(state.logits.detach(), dim=0)
-    cov = covariances_from_precision_cholesky(prec_chol, covariance_type)
+    cov = covariances_from_precisions_cholesky(prec_chol, covariance_type)
     return MixtureParams(weights, means, cov, prec_chol)
 
 

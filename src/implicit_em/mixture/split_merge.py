@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from implicit_em import gaussian
 from implicit_em.mixture import _stats, distributed
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._stats import MixtureParams
@@ -25,15 +26,9 @@ from implicit_em.mixture.em import Callback, FitResult, fit_em
 
 
 def _full_covariances(params: MixtureParams, covariance_type: str) -> Tensor:
+    """(K, D, D) float64 covariances, a copy the moves can write into."""
     k, d = params.means.shape
-    c = params.covariances.double()
-    if covariance_type == "full":
-        return c.clone()
-    if covariance_type == "tied":
-        return c.expand(k, d, d).clone()
-    if covariance_type == "diag":
-        return torch.diag_embed(c)
-    return c[:, None, None] * torch.eye(d, dtype=c.dtype, device=c.device)
+    return gaussian.full_matrices(params.covariances.double(), covariance_type, k, d).clone()
 
 
 def _as_type(full: Tensor, covariance_type: str, old: Tensor) -> Tensor:
@@ -89,7 +84,7 @@ def two_gaussians(x: Tensor, reg_covar: float = 1e-6, max_iter: int = 30, tol: f
         torch.full((2,), 0.5, dtype=x.dtype, device=x.device),
         torch.stack([mean + step, mean - step]),
         cov2,
-        _stats.precision_cholesky(cov2, "full"),
+        gaussian.precisions_cholesky(cov2, "full", on_singular="ridge"),
     )
     data = DataSource(x, x.device, x.dtype, d)
     fit = fit_em(
@@ -145,7 +140,7 @@ def apply_move(params: MixtureParams, move: tuple[int, int, int, Split], covaria
     w[k], mu[k], full[k] = wk * sw[1], smu[1], scov[1]
     cov = _as_type(0.5 * (full + full.mT), covariance_type, params.covariances)
     dtype = params.means.dtype
-    prec = _stats.precision_cholesky(cov, covariance_type)
+    prec = gaussian.precisions_cholesky(cov, covariance_type, on_singular="ridge")
     return MixtureParams(w.to(dtype), mu.to(dtype), cov.to(dtype), prec.to(dtype))
 
 
