@@ -1,4 +1,5 @@
-"""The fitter dispatch of ``GaussianMixture``: results pinned bitwise to the code before the refactor.
+"""The fitter interface (``mixture/_fitting.py``), and ``GaussianMixture`` results pinned bitwise to the code
+before it existed.
 
 ``tests/data/fitter_reference.npz`` was recorded by running this file as a script
 (``python tests/test_mixture_fitting.py``) on commit b4f3b95, before the settings object, the fitter interface
@@ -9,6 +10,7 @@ fitter name and built their own history records). It holds, per case, the fitted
 the move changed no behaviour, compared exactly (float64, not a tolerance).
 """
 
+import dataclasses
 import sys
 import warnings
 from collections.abc import Callable
@@ -16,8 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from implicit_em.mixture import GaussianMixture
+from implicit_em.mixture._fitting import CHUNK, FITTERS, REGISTRY, FitSettings, History, history_record
 
 REFERENCE = Path(__file__).parent / "data" / "fitter_reference.npz"
 TYPES = ("full", "tied", "diag", "spherical")
@@ -157,6 +161,61 @@ def test_fit_reproduces_the_code_before_the_refactor_bitwise(case: str) -> None:
     for key, value in got.items():
         assert value.dtype == expected[key].dtype, key
         np.testing.assert_array_equal(value, expected[key], err_msg=f"{case}: {key}", strict=True)
+
+
+def test_a_history_record_holds_epoch_loglik_seconds_and_usage() -> None:
+    usage = torch.tensor([0.25, 0.75], dtype=torch.float32)
+    assert history_record(3, -1.5, 0.5, usage) == {"epoch": 3, "loglik": -1.5, "seconds": 0.5, "usage": [0.25, 0.75]}
+    marked = history_record(3, -1.5, 0.5, usage, split_merge=True)
+    assert list(marked) == ["epoch", "loglik", "seconds", "usage", "split_merge"] and marked["split_merge"] is True
+
+
+def test_split_merge_records_are_numbered_on_from_the_last_record() -> None:
+    usage = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    history = History()
+    history.epoch(1, -2.0, 0.0, usage)
+    history.epoch(2, -1.0, 0.0, usage)
+    history.split_merge(1, -0.5, 0.0, usage)  # the trial's own iteration number is not the history's
+    assert [(h["epoch"], h.get("split_merge", False)) for h in history.records] == [(1, False), (2, False), (3, True)]
+
+
+def test_history_extends_the_list_it_is_given() -> None:
+    records = [history_record(1, -2.0, 0.0, torch.ones(1))]
+    History(records).epoch(2, -1.0, 0.0, torch.ones(1))
+    assert [h["epoch"] for h in records] == [1, 2]
+
+
+def test_the_progress_bar_is_closed_when_the_fit_raises(capsys: pytest.CaptureFixture[str]) -> None:
+    history = History()
+    with pytest.raises(FloatingPointError, match="diverged"), history.progress(1, 3, "gd", "epoch"):
+        history.epoch(1, -1.25, 0.0, torch.ones(1))
+        raise FloatingPointError("diverged")
+    assert history._bar is None
+    err = capsys.readouterr().err
+    assert "GaussianMixture[gd]" in err and "loglik=-1.25000" in err
+
+
+@pytest.mark.parametrize(("fitter", "default"), [("em", CHUNK), ("online_em", 4096), ("gd", 4096)])
+def test_settings_resolve_the_batch_size_per_fitter(fitter: str, default: int) -> None:
+    assert FitSettings.from_params(GaussianMixture(fitter=fitter).get_params()).batch_size == default
+    assert FitSettings.from_params(GaussianMixture(fitter=fitter, batch_size=100).get_params()).batch_size == 100
+
+
+def test_settings_are_frozen_and_carry_the_estimator_parameters() -> None:
+    gm = GaussianMixture(2, covariance_type="diag", tol=1e-4, reg_covar=1e-5, max_iter=7, fitter="gd", verbose=1)
+    settings = FitSettings.from_params(gm.get_params())
+    assert (settings.covariance_type, settings.tol, settings.reg_covar, settings.max_iter) == ("diag", 1e-4, 1e-5, 7)
+    assert (settings.fitter, settings.learning_rate, settings.optimizer, settings.volume) == ("gd", 0.01, "adam", True)
+    assert (settings.split_merge, settings.verbose) == (4, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.tol = 0.0  # type: ignore[misc]
+
+
+def test_the_registry_names_every_fitter_once() -> None:
+    assert FITTERS == tuple(REGISTRY) == ("em", "online_em", "gd")
+    assert [REGISTRY[name].unit for name in FITTERS] == ["iter", "epoch", "epoch"]
+    assert [name for name in FITTERS if REGISTRY[name].distributed] == ["em"]
+    assert [name for name in FITTERS if REGISTRY[name].split_merge] == ["em", "online_em"]
 
 
 if __name__ == "__main__":  # record the reference (only on the code the reference is meant to pin)
