@@ -3,7 +3,8 @@
 Follows ``sklearn/mixture/_base.py``: ``__init__`` only stores its arguments; ``fit`` checks them, draws every
 random number from one ``random_state``, keeps the best of ``n_init`` starts, warns if it did not converge.
 The three fitters share one parametrisation (sklearn's ``weights_``, ``means_``, ``precisions_cholesky_``) and
-one scoring path (``_stats.weighted_log_prob``: log π_j + log N(x; μ_j, Σ_j) as one matrix product).
+one scoring path (``_stats.weighted_log_prob``: log π_j + log N(x; μ_j, Σ_j) as one matrix product), and are
+reached through one interface (``_fitting.py``: the settings, the fitter registry, the history recorder).
 """
 
 import math
@@ -24,16 +25,14 @@ from implicit_em import gaussian
 from implicit_em.gaussian import COVARIANCE_TYPES
 from implicit_em.mixture import _stats, distributed
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._fitting import CHUNK as _CHUNK
+from implicit_em.mixture._fitting import FITTERS, REGISTRY, FitSettings, Fitter, History
 from implicit_em.mixture._stats import MixtureParams
-from implicit_em.mixture.em import FitResult, fit_em
-from implicit_em.mixture.gd import GDState, fit_gd, gd_step, make_state, state_params
+from implicit_em.mixture.em import FitResult
 from implicit_em.mixture.init import INIT_PARAMS, initial_assignment
-from implicit_em.mixture.online_em import OnlineState, fit_online_em, init_state, online_step
 from implicit_em.mixture.split_merge import fit_split_merge
 
-FITTERS = ("em", "online_em", "gd")
 _INIT_SAMPLE = 200_000  # rows k-means sees when N is larger (or X is an iterable: one pass draws them)
-_CHUNK = 16_384  # rows per chunk of the batch E-step (φ in float32 is 10 MB at D = 16; smaller stays in cache)
 
 
 def _dtype(name: Any, x: Any) -> torch.dtype:
@@ -194,9 +193,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def _fit(self, X: Any) -> "GaussianMixture":
         self._check_parameters()
+        settings = FitSettings.from_params(self.get_params(deep=False))
+        fitter = REGISTRY[settings.fitter]
         data = self._source(X, reset=True)
         group = distributed.active()
-        if group and self.fitter != "em":
+        if group and not fitter.distributed:
             raise NotImplementedError(
                 f'fitter="{self.fitter}" is not distributed (it steps per mini-batch); in a process group use '
                 'fitter="em", whose statistics are summed over all processes'
@@ -225,14 +226,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 )
             else:
                 params = self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
-            history: list[dict[str, Any]] = []
+            history = History()
             if generator is None:  # drawn after the first start, so "em" draws exactly what sklearn draws
-                generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)) if self.fitter != "em" else 0)
-            result = self._run_fitter(data, params, shift, scale, generator, history)
-            if self.split_merge > 0 and self.fitter != "gd" and result.converged and not result.interrupted:
-                result = self._split_merge(data, result, rng, shift, history)
+                generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)) if fitter.shuffles else 0)
+            result = self._run_fitter(fitter, settings, data, params, shift, scale, generator, history)
+            if settings.split_merge > 0 and fitter.split_merge and result.converged and not result.interrupted:
+                result = self._split_merge(settings, data, result, rng, shift, history)
             if best is None or result.lower_bound > best.lower_bound or result.interrupted:
-                best, best_history = result, history
+                best, best_history = result, history.records
             if result.interrupted:
                 break
         assert best is not None
@@ -255,11 +256,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         shift = sample.mean(0)
         scale = float(sample.var(0, unbiased=False).mean().sqrt()) if sample.shape[0] > 1 else 1.0
         return shift, scale if math.isfinite(scale) and scale > 0 else 1.0
-
-    def _batch_size(self) -> int:
-        if self.batch_size is not None:
-            return int(self.batch_size)
-        return _CHUNK if self.fitter == "em" else 4096
 
     def _initial_params(self, data: DataSource, rng: np.random.RandomState, shift: Tensor) -> MixtureParams:
         """sklearn's ``_initialize``: an M-step from the initial responsibilities, then the user's overrides."""
@@ -318,95 +314,46 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def _run_fitter(
         self,
+        fitter: Fitter,
+        settings: FitSettings,
         data: DataSource,
         params: MixtureParams,
         shift: Tensor,
         scale: float,
         generator: torch.Generator,
-        history: list[dict[str, Any]],
+        history: History,
     ) -> FitResult:
-        bar = _progress(self.verbose if distributed.rank() == 0 else 0, self.max_iter, self.fitter)
-
-        def callback(epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
-            history.append(
-                {
-                    "epoch": epoch,
-                    "loglik": loglik,
-                    "seconds": seconds,
-                    "usage": usage.double().cpu().numpy().tolist(),
-                }
+        verbose = settings.verbose if distributed.rank() == 0 else 0
+        with history.progress(verbose, settings.max_iter, settings.fitter, fitter.unit):
+            result, state = fitter.fit(
+                data, params, settings, shift=shift, scale=scale, generator=generator, callback=history.epoch
             )
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loglik=f"{loglik:.5f}")
-
-        common: dict[str, Any] = {
-            "covariance_type": self.covariance_type,
-            "tol": self.tol,
-            "max_iter": self.max_iter,
-            "shift": shift,
-            "batch_size": self._batch_size(),
-            "callback": callback,
-        }
-        try:
-            if self.fitter == "em":
-                return fit_em(data, params, reg_covar=self.reg_covar, **common)
-            if self.fitter == "online_em":
-                result, self._online_state = fit_online_em(
-                    data, params, reg_covar=self.reg_covar, generator=generator, **common
-                )
-                return result
-            result, self._gd_state = fit_gd(
-                data,
-                params,
-                scale=scale,
-                generator=generator,
-                learning_rate=self.learning_rate,
-                optimizer=self.optimizer,
-                volume=self.volume,
-                **common,
-            )
-            if result.interrupted or not self.volume:
-                return result
-            exact = _mean_loglik(data, result.params, self.covariance_type, shift)
-            return result._replace(lower_bound=exact)
-        finally:
-            if bar is not None:
-                bar.close()
+        if state is not None:
+            setattr(self, fitter.state_attr, state)
+        return result
 
     def _split_merge(
         self,
+        settings: FitSettings,
         data: DataSource,
         result: FitResult,
         rng: np.random.RandomState,
         shift: Tensor,
-        history: list[dict[str, Any]],
+        history: History,
     ) -> FitResult:
         sample = data.sample(50_000, np.random.RandomState(int(rng.get_state()[1][0])))  # type: ignore[index]
-
-        def callback(epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
-            history.append(
-                {
-                    "epoch": len(history) + 1,
-                    "loglik": loglik,
-                    "seconds": seconds,
-                    "usage": usage.double().cpu().numpy().tolist(),
-                    "split_merge": True,
-                }
-            )
-
         best, self.n_split_merge_accepted_ = fit_split_merge(
             data,
             result,
             sample,
-            n_trials=int(self.split_merge),
-            covariance_type=self.covariance_type,
-            reg_covar=self.reg_covar,
-            tol=self.tol,
-            max_iter=self.max_iter,
+            n_trials=settings.split_merge,
+            covariance_type=settings.covariance_type,
+            reg_covar=settings.reg_covar,
+            tol=settings.tol,
+            max_iter=settings.max_iter,
             shift=shift,
             batch_size=_CHUNK,
-            callback=callback,
+            callback=history.split_merge,
         )
         return best
 
@@ -417,6 +364,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         """
         first = not hasattr(self, "converged_")
         self._check_parameters()
+        settings = FitSettings.from_params(self.get_params(deep=False))
+        fitter = REGISTRY[settings.fitter]
         data = self._source(X, reset=first)
         x = torch.cat(list(data.batches(1 << 30)))
         if first:
@@ -431,41 +380,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             self.converged_, self.n_iter_, self.history_ = False, 0, []
         params = self._params(data.dtype, data.device)
         t0 = time.perf_counter()
-        if self.fitter == "gd":
-            state: GDState | None = getattr(self, "_gd_state", None)
-            if state is None:
-                state = make_state(
-                    params, self.covariance_type, self._shift, self._scale, self.learning_rate, self.optimizer
-                )
-            loglik = gd_step(state, x, self._shift, self._scale, self.volume)
-            self._gd_state = state
-            new = state_params(state, self.covariance_type, self._shift, self._scale)
-        else:
-            ostate: OnlineState | None = getattr(self, "_online_state", None)
-            if ostate is None:
-                ostate = init_state(params, self.covariance_type, self._shift)
-            ostate, new, log_norm = online_step(
-                ostate,
-                x,
-                params,
-                covariance_type=self.covariance_type,
-                reg_covar=self.reg_covar,
-                shift=self._shift,
-                compute_dtype=data.dtype,
-            )
-            self._online_state = ostate
-            loglik = float(log_norm.double().mean())
+        state = getattr(self, fitter.state_attr, None)
+        state, new, loglik = fitter.partial_step(state, x, params, settings, shift=self._shift, scale=self._scale)
+        setattr(self, fitter.state_attr, state)
         self._set_params(new)
         self.n_iter_ += 1
         self.lower_bound_ = loglik
-        self.history_.append(
-            {
-                "epoch": self.n_iter_,
-                "loglik": loglik,
-                "seconds": time.perf_counter() - t0,
-                "usage": new.weights.double().cpu().numpy().tolist(),
-            }
-        )
+        History(self.history_).epoch(self.n_iter_, loglik, time.perf_counter() - t0, new.weights)
         return self
 
     # -- parameters ----------------------------------------------------------------------------------------------
@@ -595,20 +516,3 @@ def _n_rows(x: Any) -> int:
 
 def _out(t: Tensor, as_tensor: bool) -> Any:
     return t if as_tensor else t.cpu().numpy()
-
-
-def _mean_loglik(data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor) -> float:
-    a = _stats.score_matrix(params, covariance_type, shift).to(data.dtype)
-    total, n = 0.0, 0
-    for x in data.batches(_CHUNK):
-        total += float(_stats.log_normalize(_stats.weighted_log_prob(x, a, shift).T)[1].double().sum())
-        n += x.shape[0]
-    return total / max(n, 1)
-
-
-def _progress(verbose: int, total: int, fitter: str) -> Any:
-    if not verbose:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=f"GaussianMixture[{fitter}]", unit="iter" if fitter == "em" else "epoch")

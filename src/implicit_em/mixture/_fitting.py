@@ -1,0 +1,328 @@
+"""The one interface ``GaussianMixture`` drives its three fitters through: settings, fitters, history.
+
+``fit`` and ``partial_fit`` build a :class:`FitSettings` from the estimator's parameters (``__init__`` only stores
+them, as in sklearn), look the fitter up by name in :data:`REGISTRY` once, and call its ``fit`` or its
+``partial_step``. The algorithms stay pure functions of data and parameters in ``em.py`` (batch EM, §2.3),
+``online_em.py`` (Cappé–Moulines) and ``gd.py`` (implicit EM, §3.4, §4.1), as STYLE §3 asks; the classes here
+carry the settings to them and say what differs between them (progress unit, default batch size, whether they
+shuffle, which state ``partial_fit`` continues from, whether split-and-merge and ``torch.distributed`` apply).
+Every ``history_`` record is built by :func:`history_record`.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from implicit_em.mixture import _stats
+from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._stats import MixtureParams
+from implicit_em.mixture.em import Callback, FitResult, fit_em
+from implicit_em.mixture.gd import fit_gd, gd_step, make_state, state_params
+from implicit_em.mixture.online_em import fit_online_em, init_state, online_step
+
+__all__ = [
+    "CHUNK",
+    "FITTERS",
+    "REGISTRY",
+    "BatchEM",
+    "FitSettings",
+    "Fitter",
+    "GradientDescent",
+    "History",
+    "OnlineEM",
+    "history_record",
+]
+
+CHUNK = 16_384  # rows per chunk of the batch E-step (φ in float32 is 10 MB at D = 16; smaller stays in cache)
+_MINI_BATCH = 4096  # default mini-batch rows of the stochastic fitters
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """The estimator's parameters a fit reads, resolved once when ``fit`` (or ``partial_fit``) starts.
+
+    ``batch_size`` is resolved: the user's value, else the fitter's default (chunk rows for "em", mini-batch
+    rows for "online_em" and "gd"). The dtype and device live in the :class:`DataSource`, which resolves them
+    from X. ``max_iter`` counts EM iterations, or epochs for "online_em" and "gd".
+    """
+
+    fitter: str
+    covariance_type: str
+    tol: float
+    reg_covar: float
+    max_iter: int
+    batch_size: int
+    learning_rate: float
+    optimizer: str
+    volume: bool
+    split_merge: int
+    verbose: int
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> "FitSettings":
+        """Settings from ``get_params()`` of a checked estimator (the fitter name must be in the registry)."""
+        batch_size = params["batch_size"]
+        return cls(
+            fitter=params["fitter"],
+            covariance_type=params["covariance_type"],
+            tol=params["tol"],
+            reg_covar=params["reg_covar"],
+            max_iter=params["max_iter"],
+            batch_size=int(batch_size) if batch_size is not None else REGISTRY[params["fitter"]].default_batch_size,
+            learning_rate=params["learning_rate"],
+            optimizer=params["optimizer"],
+            volume=params["volume"],
+            split_merge=int(params["split_merge"]),
+            verbose=params["verbose"],
+        )
+
+
+def history_record(
+    epoch: int, loglik: float, seconds: float, usage: Tensor, split_merge: bool = False
+) -> dict[str, Any]:
+    """One entry of ``history_``: iteration or epoch number, mean train log-likelihood, seconds, component usage
+    (K,) as a list; ``"split_merge": True`` marks the EM iterations of split-and-merge trials."""
+    record: dict[str, Any] = {
+        "epoch": epoch,
+        "loglik": loglik,
+        "seconds": seconds,
+        "usage": usage.double().cpu().numpy().tolist(),
+    }
+    if split_merge:
+        record["split_merge"] = True
+    return record
+
+
+class History:
+    """The ``history_`` of one start (a list of :func:`history_record` dicts) and its optional progress bar.
+
+    ``epoch`` is the fitters' :data:`~implicit_em.mixture.em.Callback` (it also advances the bar);
+    ``split_merge`` is the callback of the split-and-merge EM runs, numbered on from the last record.
+    """
+
+    def __init__(self, records: list[dict[str, Any]] | None = None) -> None:
+        self.records: list[dict[str, Any]] = records if records is not None else []
+        self._bar: Any = None
+
+    def epoch(self, epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
+        self.records.append(history_record(epoch, loglik, seconds, usage))
+        if self._bar is not None:
+            self._bar.update(1)
+            self._bar.set_postfix(loglik=f"{loglik:.5f}")
+
+    def split_merge(self, epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
+        self.records.append(history_record(len(self.records) + 1, loglik, seconds, usage, split_merge=True))
+
+    def progress(self, verbose: int, total: int, fitter: str, unit: str) -> "History":
+        """Show a tqdm bar (when verbose) while the ``with`` block runs; ``epoch`` advances it."""
+        if verbose:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc=f"GaussianMixture[{fitter}]", unit=unit)
+        return self
+
+    def __enter__(self) -> "History":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class Fitter(Protocol):
+    """What the estimator needs of a fitter. ``state`` is what ``partial_fit`` continues from, kept by the
+    estimator in the attribute named ``state_attr`` (a fit that returns None leaves it as it was)."""
+
+    unit: str  #: what ``max_iter`` counts, for the progress bar: "iter" or "epoch"
+    default_batch_size: int
+    shuffles: bool  #: draws a torch generator seed from ``random_state`` (batch EM draws nothing sklearn doesn't)
+    state_attr: str
+    split_merge: bool  #: split-and-merge moves may follow a converged fit
+    distributed: bool  #: runs over a ``torch.distributed`` process group
+
+    def fit(
+        self,
+        data: DataSource,
+        params: MixtureParams,
+        settings: FitSettings,
+        *,
+        shift: Tensor,
+        scale: float,
+        generator: torch.Generator,
+        callback: Callback,
+    ) -> tuple[FitResult, Any]:
+        """Fit from ``params``; returns the result and the state ``partial_fit`` would continue from."""
+        ...
+
+    def partial_step(
+        self, state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, *, shift: Tensor, scale: float
+    ) -> tuple[Any, MixtureParams, float]:
+        """One step on the batch x (state None: start one from ``params``); returns the new state, the new
+        parameters and the batch's mean log-likelihood."""
+        ...
+
+
+def _online_partial_step(
+    state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, shift: Tensor
+) -> tuple[Any, MixtureParams, float]:
+    """A step of online EM on x: ``partial_fit`` of both EM fitters."""
+    state = state if state is not None else init_state(params, settings.covariance_type, shift)
+    state, new, log_norm = online_step(
+        state,
+        x,
+        params,
+        covariance_type=settings.covariance_type,
+        reg_covar=settings.reg_covar,
+        shift=shift,
+        compute_dtype=x.dtype,
+    )
+    return state, new, float(log_norm.double().mean())
+
+
+class BatchEM:
+    """Batch EM (:func:`~implicit_em.mixture.em.fit_em`); ``partial_fit`` takes online-EM steps."""
+
+    unit = "iter"
+    default_batch_size = CHUNK
+    shuffles = False
+    state_attr = "_online_state"
+    split_merge = True
+    distributed = True
+
+    def fit(
+        self,
+        data: DataSource,
+        params: MixtureParams,
+        settings: FitSettings,
+        *,
+        shift: Tensor,
+        scale: float,
+        generator: torch.Generator,
+        callback: Callback,
+    ) -> tuple[FitResult, Any]:
+        result = fit_em(
+            data,
+            params,
+            covariance_type=settings.covariance_type,
+            reg_covar=settings.reg_covar,
+            tol=settings.tol,
+            max_iter=settings.max_iter,
+            shift=shift,
+            batch_size=settings.batch_size,
+            callback=callback,
+        )
+        return result, None
+
+    def partial_step(
+        self, state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, *, shift: Tensor, scale: float
+    ) -> tuple[Any, MixtureParams, float]:
+        return _online_partial_step(state, x, params, settings, shift)
+
+
+class OnlineEM:
+    """Online EM on mini-batches, then one exact EM iteration (:func:`~implicit_em.mixture.online_em.fit_online_em`)."""
+
+    unit = "epoch"
+    default_batch_size = _MINI_BATCH
+    shuffles = True
+    state_attr = "_online_state"
+    split_merge = True
+    distributed = False
+
+    def fit(
+        self,
+        data: DataSource,
+        params: MixtureParams,
+        settings: FitSettings,
+        *,
+        shift: Tensor,
+        scale: float,
+        generator: torch.Generator,
+        callback: Callback,
+    ) -> tuple[FitResult, Any]:
+        return fit_online_em(
+            data,
+            params,
+            covariance_type=settings.covariance_type,
+            reg_covar=settings.reg_covar,
+            tol=settings.tol,
+            max_iter=settings.max_iter,
+            shift=shift,
+            batch_size=settings.batch_size,
+            generator=generator,
+            callback=callback,
+        )
+
+    def partial_step(
+        self, state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, *, shift: Tensor, scale: float
+    ) -> tuple[Any, MixtureParams, float]:
+        return _online_partial_step(state, x, params, settings, shift)
+
+
+class GradientDescent:
+    """Mini-batch gradient descent on the exact NLL (:func:`~implicit_em.mixture.gd.fit_gd`), whose lower bound
+    becomes an exact pass over the data afterwards (with the volume term; without it the objective is kept)."""
+
+    unit = "epoch"
+    default_batch_size = _MINI_BATCH
+    shuffles = True
+    state_attr = "_gd_state"
+    split_merge = False
+    distributed = False
+
+    def fit(
+        self,
+        data: DataSource,
+        params: MixtureParams,
+        settings: FitSettings,
+        *,
+        shift: Tensor,
+        scale: float,
+        generator: torch.Generator,
+        callback: Callback,
+    ) -> tuple[FitResult, Any]:
+        result, state = fit_gd(
+            data,
+            params,
+            covariance_type=settings.covariance_type,
+            tol=settings.tol,
+            max_iter=settings.max_iter,
+            shift=shift,
+            scale=scale,
+            batch_size=settings.batch_size,
+            generator=generator,
+            learning_rate=settings.learning_rate,
+            optimizer=settings.optimizer,
+            volume=settings.volume,
+            callback=callback,
+        )
+        if result.interrupted or not settings.volume:
+            return result, state
+        return result._replace(lower_bound=_mean_loglik(data, result.params, settings.covariance_type, shift)), state
+
+    def partial_step(
+        self, state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, *, shift: Tensor, scale: float
+    ) -> tuple[Any, MixtureParams, float]:
+        if state is None:
+            state = make_state(
+                params, settings.covariance_type, shift, scale, settings.learning_rate, settings.optimizer
+            )
+        loglik = gd_step(state, x, shift, scale, settings.volume)
+        return state, state_params(state, settings.covariance_type, shift, scale), loglik
+
+
+REGISTRY: dict[str, Fitter] = {"em": BatchEM(), "online_em": OnlineEM(), "gd": GradientDescent()}
+FITTERS = tuple(REGISTRY)
+
+
+def _mean_loglik(data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor) -> float:
+    """The exact mean log-likelihood of the data, one chunked pass."""
+    a = _stats.score_matrix(params, covariance_type, shift).to(data.dtype)
+    total, n = 0.0, 0
+    for x in data.batches(CHUNK):
+        total += float(_stats.log_normalize(_stats.weighted_log_prob(x, a, shift).T)[1].double().sum())
+        n += x.shape[0]
+    return total / max(n, 1)

@@ -1,0 +1,225 @@
+"""The fitter interface (``mixture/_fitting.py``), and ``GaussianMixture`` results pinned bitwise to the code
+before it existed.
+
+``tests/data/fitter_reference.npz`` was recorded by running this file as a script
+(``python tests/test_mixture_fitting.py``) on commit b4f3b95, before the settings object, the fitter interface
+and the history recorder existed (``_run_fitter``, ``_split_merge`` and ``partial_fit`` each dispatched on the
+fitter name and built their own history records). It holds, per case, the fitted parameters, ``n_iter_``,
+``converged_``, ``lower_bound_``, ``n_split_merge_accepted_`` and every ``history_`` record except its seconds
+(the keys of each record in order, epoch, loglik, usage). These are golden numbers: a regression guard that
+the move changed no behaviour, compared exactly (float64, not a tolerance).
+"""
+
+import dataclasses
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from implicit_em.mixture import GaussianMixture
+from implicit_em.mixture._fitting import CHUNK, FITTERS, REGISTRY, FitSettings, History, history_record
+
+REFERENCE = Path(__file__).parent / "data" / "fitter_reference.npz"
+TYPES = ("full", "tied", "diag", "spherical")
+
+
+def _three_blobs(seed: int = 0, n: int = 80) -> np.ndarray:
+    rng = np.random.RandomState(seed)
+    centres = np.array([[0.0, 0.0], [5.0, 1.0], [1.0, 5.0]])
+    return np.vstack([c + rng.randn(n, 2) @ rng.randn(2, 2) * 0.8 for c in centres])[rng.permutation(3 * n)]
+
+
+def _four_blobs(seed: int = 0, n: int = 150) -> np.ndarray:
+    rng = np.random.RandomState(seed)
+    centres = np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0], [8.0, 8.0]])
+    return np.vstack([c + rng.randn(n, 2) for c in centres])
+
+
+def _two_in_one() -> dict[str, np.ndarray]:
+    """A start EM keeps: two components in one blob, one between two blobs (split-and-merge moves it)."""
+    return {
+        "means_init": np.array([[-0.5, 0.0], [0.5, 0.0], [8.0, 0.0], [4.0, 8.0]]),
+        "weights_init": np.full(4, 0.25),
+        "precisions_init": np.stack([np.eye(2)] * 4),
+    }
+
+
+class _InterruptAfter:
+    """A re-iterable source whose pass after the first ``passes`` raises KeyboardInterrupt halfway."""
+
+    def __init__(self, x: np.ndarray, passes: int) -> None:
+        self.x, self.passes, self.count = x, passes, 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self.count += 1
+        for i, start in enumerate(range(0, len(self.x), 60)):
+            if self.count > self.passes and i == 1:
+                raise KeyboardInterrupt
+            yield self.x[start : start + 60]
+
+
+def _fit(**kw: object) -> GaussianMixture:
+    return GaussianMixture(**kw).fit(_three_blobs())  # type: ignore[arg-type]
+
+
+def _partial(fit_first: bool, **kw: object) -> GaussianMixture:
+    x = _three_blobs(seed=1)
+    gm = GaussianMixture(**kw)  # type: ignore[arg-type]
+    if fit_first:
+        gm.fit(x)
+    for start in range(0, len(x), 80):
+        gm.partial_fit(x[start : start + 80])
+    return gm
+
+
+def _warm_start() -> GaussianMixture:
+    gm = GaussianMixture(3, random_state=0, warm_start=True, split_merge=0, tol=1e-8, max_iter=3)
+    return gm.fit(_three_blobs()).fit(_three_blobs())
+
+
+def _cases() -> dict[str, Callable[[], GaussianMixture]]:
+    cases: dict[str, Callable[[], GaussianMixture]] = {}
+    for fitter in ("em", "online_em", "gd"):
+        for cov in TYPES:
+            batch = None if fitter == "em" else 64
+            cases[f"fit-{fitter}-{cov}"] = lambda f=fitter, c=cov, b=batch: _fit(
+                n_components=3, covariance_type=c, fitter=f, batch_size=b, random_state=0
+            )
+        cases[f"partial-{fitter}"] = lambda f=fitter: _partial(False, n_components=3, fitter=f, random_state=0)
+        cases[f"fit-then-partial-{fitter}"] = lambda f=fitter: _partial(
+            True, n_components=3, fitter=f, random_state=0, max_iter=5, batch_size=64
+        )
+    cases["fit-em-chunked"] = lambda: _fit(n_components=3, batch_size=50, random_state=0)
+    cases["fit-em-float32"] = lambda: _fit(n_components=3, dtype="float32", random_state=0)
+    cases["fit-em-max-iter-0"] = lambda: _fit(n_components=3, max_iter=0, random_state=0)
+    cases["fit-em-n-init"] = lambda: _fit(n_components=3, n_init=3, init_params="random", random_state=2)
+    cases["fit-online-em-n-init"] = lambda: _fit(
+        n_components=3, fitter="online_em", n_init=3, init_params="random", random_state=2, batch_size=64
+    )
+    cases["fit-gd-n-init"] = lambda: _fit(
+        n_components=3, fitter="gd", n_init=2, init_params="random", random_state=2, batch_size=64, max_iter=15
+    )
+    cases["fit-gd-sgd"] = lambda: _fit(
+        n_components=3, fitter="gd", optimizer="sgd", learning_rate=0.005, random_state=0, max_iter=40
+    )
+    cases["fit-gd-no-volume"] = lambda: _fit(
+        n_components=3, covariance_type="diag", fitter="gd", volume=False, random_state=0, max_iter=20
+    )
+    for fitter in ("em", "online_em"):
+        cases[f"split-merge-{fitter}"] = lambda f=fitter: GaussianMixture(
+            4, fitter=f, split_merge=4, batch_size=None if f == "em" else 100, random_state=0, **_two_in_one()
+        ).fit(_four_blobs())
+    cases["warm-start-em"] = _warm_start
+    cases["interrupted-em"] = lambda: GaussianMixture(
+        3,
+        random_state=0,
+        tol=0.0,
+        max_iter=50,
+        means_init=np.array([[0.5, 0.5], [4.0, 1.0], [1.0, 4.0]]),
+        weights_init=np.full(3, 1 / 3),
+        precisions_init=np.stack([np.eye(2)] * 3),
+    ).fit(_InterruptAfter(_three_blobs(), passes=3))
+    return cases
+
+
+CASES = _cases()
+
+
+def _record(gm: GaussianMixture) -> dict[str, np.ndarray]:
+    out = {
+        name: np.asarray(getattr(gm, name))
+        for name in ("weights_", "means_", "covariances_", "precisions_cholesky_", "precisions_")
+    }
+    out["n_iter_"] = np.asarray(gm.n_iter_)
+    out["converged_"] = np.asarray(gm.converged_)
+    out["lower_bound_"] = np.asarray(gm.lower_bound_)
+    out["n_split_merge_accepted_"] = np.asarray(getattr(gm, "n_split_merge_accepted_", -1))
+    out["history_keys"] = np.asarray([",".join(h) for h in gm.history_], dtype=str)
+    out["history_epoch"] = np.asarray([h["epoch"] for h in gm.history_], dtype=np.int64)
+    out["history_loglik"] = np.asarray([h["loglik"] for h in gm.history_], dtype=np.float64)
+    out["history_usage"] = np.asarray([h["usage"] for h in gm.history_], dtype=np.float64)
+    out["history_split_merge"] = np.asarray([h.get("split_merge", False) for h in gm.history_], dtype=bool)
+    return out
+
+
+def _run(name: str) -> dict[str, np.ndarray]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning: several cases stop early on purpose
+        return _record(CASES[name]())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fit_reproduces_the_code_before_the_refactor_bitwise(case: str) -> None:
+    with np.load(REFERENCE) as ref:
+        expected = {key.split("/", 1)[1]: ref[key] for key in ref.files if key.startswith(case + "/")}
+    got = _run(case)
+    assert sorted(got) == sorted(expected)
+    for key, value in got.items():
+        assert value.dtype == expected[key].dtype, key
+        np.testing.assert_array_equal(value, expected[key], err_msg=f"{case}: {key}", strict=True)
+
+
+def test_a_history_record_holds_epoch_loglik_seconds_and_usage() -> None:
+    usage = torch.tensor([0.25, 0.75], dtype=torch.float32)
+    assert history_record(3, -1.5, 0.5, usage) == {"epoch": 3, "loglik": -1.5, "seconds": 0.5, "usage": [0.25, 0.75]}
+    marked = history_record(3, -1.5, 0.5, usage, split_merge=True)
+    assert list(marked) == ["epoch", "loglik", "seconds", "usage", "split_merge"] and marked["split_merge"] is True
+
+
+def test_split_merge_records_are_numbered_on_from_the_last_record() -> None:
+    usage = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    history = History()
+    history.epoch(1, -2.0, 0.0, usage)
+    history.epoch(2, -1.0, 0.0, usage)
+    history.split_merge(1, -0.5, 0.0, usage)  # the trial's own iteration number is not the history's
+    assert [(h["epoch"], h.get("split_merge", False)) for h in history.records] == [(1, False), (2, False), (3, True)]
+
+
+def test_history_extends_the_list_it_is_given() -> None:
+    records = [history_record(1, -2.0, 0.0, torch.ones(1))]
+    History(records).epoch(2, -1.0, 0.0, torch.ones(1))
+    assert [h["epoch"] for h in records] == [1, 2]
+
+
+def test_the_progress_bar_is_closed_when_the_fit_raises(capsys: pytest.CaptureFixture[str]) -> None:
+    history = History()
+    with pytest.raises(FloatingPointError, match="diverged"), history.progress(1, 3, "gd", "epoch"):
+        history.epoch(1, -1.25, 0.0, torch.ones(1))
+        raise FloatingPointError("diverged")
+    assert history._bar is None
+    err = capsys.readouterr().err
+    assert "GaussianMixture[gd]" in err and "loglik=-1.25000" in err
+
+
+@pytest.mark.parametrize(("fitter", "default"), [("em", CHUNK), ("online_em", 4096), ("gd", 4096)])
+def test_settings_resolve_the_batch_size_per_fitter(fitter: str, default: int) -> None:
+    assert FitSettings.from_params(GaussianMixture(fitter=fitter).get_params()).batch_size == default
+    assert FitSettings.from_params(GaussianMixture(fitter=fitter, batch_size=100).get_params()).batch_size == 100
+
+
+def test_settings_are_frozen_and_carry_the_estimator_parameters() -> None:
+    gm = GaussianMixture(2, covariance_type="diag", tol=1e-4, reg_covar=1e-5, max_iter=7, fitter="gd", verbose=1)
+    settings = FitSettings.from_params(gm.get_params())
+    assert (settings.covariance_type, settings.tol, settings.reg_covar, settings.max_iter) == ("diag", 1e-4, 1e-5, 7)
+    assert (settings.fitter, settings.learning_rate, settings.optimizer, settings.volume) == ("gd", 0.01, "adam", True)
+    assert (settings.split_merge, settings.verbose) == (4, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.tol = 0.0  # type: ignore[misc]
+
+
+def test_the_registry_names_every_fitter_once() -> None:
+    assert FITTERS == tuple(REGISTRY) == ("em", "online_em", "gd")
+    assert [REGISTRY[name].unit for name in FITTERS] == ["iter", "epoch", "epoch"]
+    assert [name for name in FITTERS if REGISTRY[name].distributed] == ["em"]
+    assert [name for name in FITTERS if REGISTRY[name].split_merge] == ["em", "online_em"]
+
+
+if __name__ == "__main__":  # record the reference (only on the code the reference is meant to pin)
+    arrays = {f"{name}/{key}": value for name in sorted(CASES) for key, value in _run(name).items()}
+    REFERENCE.parent.mkdir(exist_ok=True)
+    np.savez_compressed(REFERENCE, **arrays)
+    print(f"wrote {len(arrays)} arrays for {len(CASES)} cases to {REFERENCE}", file=sys.stderr)
