@@ -4,7 +4,8 @@
 - code hash: sha256 over the source files of the experiment's module and of every ``implicit_em`` module it
   imports, followed transitively through their import statements (read with :mod:`ast`, nothing is executed).
   An import names the module it imports: ``from implicit_em.mixture import _stats`` brings in
-  ``mixture/__init__.py`` and ``mixture/_stats.py``, not ``implicit_em/__init__.py``. So a change to the library
+  ``mixture/__init__.py`` and ``mixture/_stats.py``, never ``implicit_em/__init__.py`` (whose re-exports
+  would otherwise pull in the whole library, e.g. through ``from implicit_em import gaussian``). So a change to the library
   code an experiment uses changes its code hash, and a change elsewhere (another experiment, the registry, the
   report) does not;
 - git state: the commit of the checkout holding the package's sources and whether those sources differ from it
@@ -40,7 +41,7 @@ def config_hash(cfg: Any) -> str:
 def _module_file(name: str) -> Path | None:
     """The source file of ``implicit_em`` module ``name``, or None if the name is not a module (an attribute)."""
     parts = name.split(".")
-    if parts[0] != _PACKAGE:
+    if parts[0] != _PACKAGE or len(parts) == 1:  # the top level only re-exports: `from implicit_em import x`
         return None
     base = _ROOT.joinpath(*parts[1:])
     for path in (base / "__init__.py", base.with_suffix(".py")):
