@@ -230,3 +230,14 @@ def test_sticky_predictive_is_bayes_under_noise() -> None:
         belief = belief * lik[t]
         belief /= belief.sum()
         np.testing.assert_allclose(seq.posterior[t].numpy(), belief @ a, rtol=1e-9)
+
+
+@pytest.mark.parametrize("task", ["bijection", "hmm"])
+def test_task_oracles_equal_the_training_loops_copy(task: str) -> None:
+    """Old == new: the oracles moved from windtunnel/train.py onto the tasks."""
+    from implicit_em.windtunnel.train import WindTunnelConfig, _eval_sets, build_tasks, oracle_numbers
+
+    config = WindTunnelConfig.tiny(task=task, replacement=task == "bijection")
+    train_task, evals = build_tasks(config)
+    batches = _eval_sets(config, evals)
+    assert train_task.oracle_numbers(batches) == oracle_numbers(config, batches)
