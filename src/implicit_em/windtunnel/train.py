@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from implicit_em.objectives import constrained_cross_entropy, independent_sigmoid_bce
 from implicit_em.windtunnel.metrics import WindTunnelMetrics, evaluate_predictions, predictive
 from implicit_em.windtunnel.models import CausalTransformer, count_parameters, matched_lstm, matched_mlp
 from implicit_em.windtunnel.tasks import Batch, BijectionTask, HMMFilteringTask
@@ -188,24 +188,19 @@ def learning_rate(step: int, config: WindTunnelConfig) -> float:
 
 
 def windtunnel_loss(logits: Tensor, batch: Batch, loss: str = "softmax") -> Tensor:
-    """Mean loss over the scored positions; ``logits`` are (B, P, C) at ``batch.positions``.
+    r"""Mean loss over the scored positions; ``logits`` z are (B, P, C) at ``batch.positions``.
 
-    These equal the means of :func:`implicit_em.objectives.constrained_cross_entropy` (with d = -logits) and
-    :func:`implicit_em.objectives.independent_sigmoid_bce` (tested); they are written out here so that the
-    recorded runs stay reproducible bit for bit.
-
-    ``softmax``: cross-entropy against the sampled label (bijection) or the soft posterior (HMM).
-    ``sigmoid``: independent per-class BCE against the one-hot label or the soft posterior, summed over
-    classes.
+    ``softmax``: :func:`~implicit_em.objectives.constrained_cross_entropy` with d = -z (paper §4.3), against the
+    sampled label (bijection) or the soft posterior (HMM). ``sigmoid``: independent per-class BCE,
+    :func:`~implicit_em.objectives.independent_sigmoid_bce`, against the one-hot label or the soft posterior,
+    summed over classes. Both are averaged over the B x P positions; they equal, bit for bit (value and
+    gradient), the formulas this module wrote out before (tested), so recorded runs stay reproducible.
     """
-    if batch.labels is not None:
-        target = F.one_hot(batch.labels, logits.shape[-1]).to(logits.dtype)
-    else:
-        target = batch.posterior.to(logits.dtype)
+    target = batch.labels if batch.labels is not None else batch.posterior
     if loss == "softmax":
-        return -(target * torch.log_softmax(logits, dim=-1)).sum(dim=-1).mean()
+        return constrained_cross_entropy(-logits, target).mean()
     if loss == "sigmoid":
-        return F.binary_cross_entropy_with_logits(logits, target, reduction="none").sum(dim=-1).mean()
+        return independent_sigmoid_bce(logits, target).mean()
     raise ValueError(f"loss must be 'softmax' or 'sigmoid', got {loss!r}")
 
 
