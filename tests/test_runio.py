@@ -11,62 +11,48 @@ import torch
 from implicit_em import _runio
 from implicit_em.experiments import _base, runner
 
-wt_train = importlib.import_module("implicit_em.windtunnel.train")  # the package's `train` is the function
-
-# ---------------------------------------------------------------------------------------------- old == new
-# These pin the helpers that moved into _runio to the copies they replace; they go with the copies.
+# ---------------------------------------------------------------------------------------------- users
+# The audit runner, the experiments and the wind tunnel use these helpers, not copies of them.
 
 
-def test_write_text_atomic_equals_the_runners_copy(tmp_path: Path) -> None:
-    text = json.dumps({"a": [1, 2.5, "x"], "b": None}, indent=1)
-    runner._write_atomic(tmp_path / "old.json", text)
-    _runio.write_text_atomic(tmp_path / "new.json", text)
-    assert (tmp_path / "old.json").read_bytes() == (tmp_path / "new.json").read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "old.json"]
+def test_the_runner_the_experiments_and_the_windtunnel_use_the_shared_helpers() -> None:
+    wt_train = importlib.import_module("implicit_em.windtunnel.train")  # the package's `train` is the function
+    assert runner._write_atomic is _runio.write_text_atomic
+    assert runner._environment is _runio.environment
+    assert _base.torch_threads is _runio.torch_threads
+    assert wt_train.torch_threads is _runio.torch_threads and wt_train.DeferSignals is _runio.DeferSignals
 
 
-def test_write_json_atomic_equals_the_windtunnels_copy(tmp_path: Path) -> None:
-    obj = {"config": {"lr": 1e-3, "test_lengths": [30, 50]}, "kl": 0.125, "name": "K=20"}
-    wt_train._write_json(obj, tmp_path / "old.json")
-    _runio.write_json_atomic(obj, tmp_path / "new.json")
-    assert (tmp_path / "old.json").read_bytes() == (tmp_path / "new.json").read_bytes()
+def test_environment_records_versions_platform_threads_and_date() -> None:
+    env = _runio.environment()
+    keys = ["implicit_em", "torch", "python", "platform", "cpu_count", "torch_threads", "loadavg", "date"]
+    assert list(env) == keys
+    assert env["torch"] == torch.__version__ and env["torch_threads"] == torch.get_num_threads()
+    assert list(_runio.versions()) == ["python", "torch", "implicit_em"]
+    assert _runio.versions()["implicit_em"] == env["implicit_em"]
 
 
-def test_save_torch_atomic_equals_the_windtunnels_copy(tmp_path: Path) -> None:
-    obj = {"model": {"w": torch.randn(3, 2)}, "step": 7, "generator": torch.Generator().manual_seed(1).get_state()}
-    (tmp_path / "old").mkdir()
-    (tmp_path / "new").mkdir()
-    wt_train._save_atomic(obj, tmp_path / "old" / "checkpoint.pt")
-    _runio.save_torch_atomic(obj, tmp_path / "new" / "checkpoint.pt")
-    assert (tmp_path / "old" / "checkpoint.pt").read_bytes() == (tmp_path / "new" / "checkpoint.pt").read_bytes()
+def test_defer_signals_holds_sigterm_and_restores_the_handler() -> None:
+    handler = signal.getsignal(signal.SIGTERM)
+    with _runio.DeferSignals() as signals:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert signals.received == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is handler
 
 
-def test_versions_equal_the_windtunnels_and_environment_the_runners() -> None:
-    assert _runio.versions() == wt_train._versions()
-    assert list(_runio.versions()) == list(wt_train._versions())
-    old, new = runner._environment(), _runio.environment()
-    assert list(old) == list(new)
-    moving = {"loadavg", "date"}  # read at call time
-    assert {k: v for k, v in old.items() if k not in moving} == {k: v for k, v in new.items() if k not in moving}
-
-
-def test_torch_threads_equals_the_experiments_copy() -> None:
+def test_torch_threads_sets_and_restores_the_setting() -> None:
     before = torch.get_num_threads()
-    seen = []
-    for threads in (_base.torch_threads, _runio.torch_threads):
-        with threads(1):
-            seen.append(torch.get_num_threads())
-        seen.append(torch.get_num_threads())
-    assert seen == [1, before, 1, before]
+    with _runio.torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
 
 
-def test_defer_signals_equals_the_windtunnels_copy() -> None:
-    for defer in (wt_train._DeferSignals, _runio.DeferSignals):
-        handler = signal.getsignal(signal.SIGTERM)
-        with defer() as signals:
-            os.kill(os.getpid(), signal.SIGTERM)
-            assert signals.received == signal.SIGTERM
-        assert signal.getsignal(signal.SIGTERM) is handler
+def test_write_json_atomic_writes_indented_json_without_a_trailing_newline(tmp_path: Path) -> None:
+    obj = {"config": {"lr": 1e-3, "test_lengths": [30, 50]}, "kl": 0.125}
+    _runio.write_json_atomic(obj, tmp_path / "a.json")
+    _runio.write_json_atomic(obj, tmp_path / "b.json", indent=1)
+    assert (tmp_path / "a.json").read_text() == json.dumps(obj, indent=2)
+    assert (tmp_path / "b.json").read_text() == json.dumps(obj, indent=1)
 
 
 # ---------------------------------------------------------------------------------------------- behaviour

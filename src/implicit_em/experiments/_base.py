@@ -12,11 +12,12 @@ An experiment that raises is recorded as ``ERROR`` with its traceback, never as 
 """
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from implicit_em._runio import torch_threads as torch_threads  # re-exported: the experiments import it from here
 
 Verdict = Literal["SUPPORTED", "PARTIAL", "REFUTED", "ERROR"]
 VERDICTS: tuple[Verdict, ...] = ("SUPPORTED", "PARTIAL", "REFUTED", "ERROR")
@@ -87,17 +88,3 @@ def _jsonable(value: Any) -> Any:
 def relative_figure(ctx: Context, path: Path) -> str:
     """A figure's path relative to the run folder (the parent of the figure folder), for the report."""
     return str(path.relative_to(ctx.figure_dir.parent))
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """torch's intra-op threads set to ``n`` inside the block and restored after it. Small experiments use one:
-    a second thread only spin-waits when another process holds a core (57–100× slower, measured)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

@@ -51,8 +51,9 @@ from torch import Tensor, nn
 
 from implicit_em.experiments._base import Context, Experiment, Result, Verdict, relative_figure
 from implicit_em.objectives import constrained_cross_entropy, identity_residual, independent_sigmoid_bce
+from implicit_em.windtunnel.config import WindTunnelConfig
 from implicit_em.windtunnel.tasks import Batch, BijectionTask
-from implicit_em.windtunnel.train import TrainResult, WindTunnelConfig, build_model, build_tasks, train
+from implicit_em.windtunnel.train import TrainResult, build_model, build_tasks, train
 
 ORDER = 60
 

@@ -6,8 +6,6 @@ same folder, size and seed resumes: finished experiments are kept, the rest run 
 """
 
 import json
-import os
-import platform
 import sys
 import time
 import traceback
@@ -15,30 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from implicit_em._runio import environment as _environment
+from implicit_em._runio import write_text_atomic as _write_atomic
 from implicit_em.experiments._base import Context, Experiment, Result, torch_threads
-
-
-def _environment() -> dict[str, Any]:
-    import torch
-
-    from implicit_em import __version__
-
-    return {
-        "implicit_em": __version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-    }
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def select(experiments: Sequence[Experiment], only: Sequence[str] | None) -> list[Experiment]:
