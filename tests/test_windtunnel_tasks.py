@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from implicit_em.windtunnel.metrics import entropy_bits
+from implicit_em.windtunnel.metrics import entropy_bits, evaluate_predictions
 from implicit_em.windtunnel.tasks import (
     BijectionTask,
     HMMFilteringTask,
@@ -230,3 +230,25 @@ def test_sticky_predictive_is_bayes_under_noise() -> None:
         belief = belief * lik[t]
         belief /= belief.sum()
         np.testing.assert_allclose(seq.posterior[t].numpy(), belief @ a, rtol=1e-9)
+
+
+def test_bijection_oracle_is_the_exact_no_context_mae() -> None:
+    task = BijectionTask(5, replacement=True)
+    assert task.oracle_numbers() == {"no_context_entropy_mae": bijection_no_context_mae(5, 4, replacement=True)}
+
+
+def test_hmm_oracles_are_the_uniform_and_emission_only_predictors_on_each_set() -> None:
+    task = HMMFilteringTask(n_obs=4)
+    batches = {"K=4": task.sample(16, torch.Generator().manual_seed(0))}
+    batches["K=6"] = task.with_length(6).sample(16, torch.Generator().manual_seed(1))
+    out = task.oracle_numbers(batches)
+    assert list(out) == ["K=4", "K=6"]
+    for name, b in batches.items():
+        uniform = evaluate_predictions(torch.full_like(b.posterior, 0.2), b.posterior)
+        emission = evaluate_predictions(task.emission_only_posterior(b), b.posterior)
+        assert out[name]["uniform"] == {"entropy_mae_per_sample": uniform.entropy_mae_per_sample, "kl": uniform.kl}
+        assert out[name]["emission_only"] == {
+            "entropy_mae_per_sample": emission.entropy_mae_per_sample,
+            "kl": emission.kl,
+        }
+        assert out[name]["emission_only"]["kl"] < out[name]["uniform"]["kl"]

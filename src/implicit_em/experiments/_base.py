@@ -16,12 +16,13 @@ An experiment that raises is recorded as ``ERROR`` with its traceback, never as 
 import dataclasses
 import math
 import operator
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from implicit_em._runio import torch_threads as torch_threads  # re-exported: the experiments import it from here
 
 Verdict = Literal["SUPPORTED", "PARTIAL", "REFUTED", "ERROR"]
 VERDICTS: tuple[Verdict, ...] = ("SUPPORTED", "PARTIAL", "REFUTED", "ERROR")
@@ -168,17 +169,3 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
         return _jsonable(value.item())  # numpy / torch scalars
     return value
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """torch's intra-op threads set to ``n`` inside the block and restored after it. Small experiments use one:
-    a second thread only spin-waits when another process holds a core (57–100× slower, measured)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

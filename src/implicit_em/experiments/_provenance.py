@@ -5,9 +5,9 @@
   imports, followed transitively through their import statements (read with :mod:`ast`, nothing is executed).
   An import names the module it imports: ``from implicit_em.mixture import _stats`` brings in
   ``mixture/__init__.py`` and ``mixture/_stats.py``, never ``implicit_em/__init__.py`` (whose re-exports
-  would otherwise pull in the whole library, e.g. through ``from implicit_em import gaussian``). So a change to the library
-  code an experiment uses changes its code hash, and a change elsewhere (another experiment, the registry, the
-  report) does not;
+  would otherwise pull in the whole library, e.g. through ``from implicit_em import gaussian``). So a change
+  to the library code an experiment uses changes its code hash, and a change elsewhere (another experiment,
+  the registry, the report) does not;
 - git state: the commit of the checkout holding the package's sources and whether those sources differ from it
   (``None`` when the package is not a tracked file of a git checkout, e.g. an installed wheel).
 """

@@ -53,8 +53,9 @@ from torch import Tensor, nn
 from implicit_em.experiments._base import Context, Criterion, Experiment, Result, Verdict, criterion, pyplot
 from implicit_em.laws import identity_residual
 from implicit_em.objectives import constrained_cross_entropy, independent_sigmoid_bce
+from implicit_em.windtunnel.config import WindTunnelConfig
 from implicit_em.windtunnel.tasks import Batch, BijectionTask
-from implicit_em.windtunnel.train import TrainResult, WindTunnelConfig, build_model, build_tasks, train
+from implicit_em.windtunnel.train import TrainResult, build_model, build_tasks, train
 
 RUNS = (("softmax", "transformer", "softmax"), ("sigmoid", "transformer", "sigmoid"), ("mlp", "mlp", "softmax"))
 

@@ -14,54 +14,20 @@ or seed starts a new run. So results of different code are never mixed without a
 """
 
 import json
-import os
-import platform
 import sys
 import time
 import traceback
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from implicit_em._runio import environment as _environment
+from implicit_em._runio import write_text_atomic as _write_atomic
 from implicit_em.experiments import _provenance
 from implicit_em.experiments._base import Context, Experiment, Result, torch_threads
 
 # library versions an experiment's result depends on: a change reruns it on resume
 _VERSION_KEYS = ("torch", "numpy", "scikit-learn", "transformers", "python")
-
-
-def _distribution_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _environment() -> dict[str, Any]:
-    import torch
-
-    from implicit_em import __version__
-
-    return {
-        "implicit_em": __version__,
-        "torch": torch.__version__,
-        "numpy": _distribution_version("numpy"),
-        "scikit-learn": _distribution_version("scikit-learn"),
-        "transformers": _distribution_version("transformers"),  # None when not installed
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-    }
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def select(experiments: Sequence[Experiment[Any]], only: Sequence[str] | None) -> list[Experiment[Any]]:

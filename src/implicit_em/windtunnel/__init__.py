@@ -3,6 +3,7 @@
 See docs/windtunnel.md and companion notes §A–B.
 """
 
+from implicit_em.windtunnel.config import WindTunnelConfig
 from implicit_em.windtunnel.metrics import (
     WindTunnelMetrics,
     entropy_bits,
@@ -29,7 +30,7 @@ from implicit_em.windtunnel.tasks import (
     hmm_forward_filter,
     sticky_transition_matrix,
 )
-from implicit_em.windtunnel.train import TrainResult, WindTunnelConfig, evaluate, train, windtunnel_loss
+from implicit_em.windtunnel.train import TrainResult, evaluate, train, windtunnel_loss
 
 __all__ = [
     "Batch",

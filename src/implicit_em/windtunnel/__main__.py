@@ -8,7 +8,7 @@ Examples::
     python -m implicit_em.windtunnel oracle --n-symbols 20
     python -m implicit_em.windtunnel summarize runs/bij20 runs/hmm --out benchmarks/results/windtunnel_quick.json
 
-Every field of :class:`~implicit_em.windtunnel.train.WindTunnelConfig` is an option (``--field-name VALUE``);
+Every field of :class:`~implicit_em.windtunnel.config.WindTunnelConfig` is an option (``--field-name VALUE``);
 those given override the preset. Running ``train`` again with the same options and ``--out`` resumes.
 """
 
@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from implicit_em.windtunnel.config import LOSSES, MODELS, TASKS, WindTunnelConfig
 from implicit_em.windtunnel.tasks import BijectionTask
-from implicit_em.windtunnel.train import LOSSES, MODELS, TASKS, WindTunnelConfig, train
+from implicit_em.windtunnel.train import train
 
 _PRESETS = {"quick": WindTunnelConfig.quick, "full": WindTunnelConfig.full, "tiny": WindTunnelConfig.tiny}
 

@@ -19,11 +19,13 @@ a forward filter, and the minimum achievable loss is the conditional entropy of 
 """
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+
+from implicit_em.windtunnel.metrics import evaluate_predictions
 
 
 class Batch(NamedTuple):
@@ -145,6 +147,13 @@ class BijectionTask:
     def no_context_mae(self) -> float:
         """Entropy MAE in bits of the uniform, context-free predictor (the MLP floor), computed exactly."""
         return bijection_no_context_mae(self.n_symbols, self.n_pairs, self.replacement)
+
+    def oracle_numbers(self, eval_batches: dict[str, Batch] | None = None) -> dict[str, Any]:
+        """Reference predictor, computed, never typed in: the no-context oracle's entropy MAE, exactly.
+
+        ``eval_batches`` is not needed (the number is exact); it is taken so every task is called the same way.
+        """
+        return {"no_context_entropy_mae": self.no_context_mae()}
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
         """Draw ``batch_size`` sequences; every key position is scored."""
@@ -342,6 +351,18 @@ class HMMFilteringTask:
         obs = batch.tokens[:, batch.positions] - self.symbol_offset  # (B, K)
         lik = emit.transpose(1, 2).gather(1, obs[:, :, None].expand(-1, -1, self.n_states))  # (B, K, S)
         return lik / lik.sum(dim=-1, keepdim=True)
+
+    def oracle_numbers(self, eval_batches: dict[str, Batch] | None = None) -> dict[str, Any]:
+        """Reference predictors, computed, never typed in: on each evaluation set, the uniform predictor and the
+        emission-only predictor p(s_t | o_t), as ``{name: {predictor: {"entropy_mae_per_sample", "kl"}}}``."""
+        out: dict[str, Any] = {}
+        for name, b in (eval_batches or {}).items():
+            uniform = torch.full_like(b.posterior, 1.0 / self.n_states)
+            out[name] = {}
+            for label, p in (("uniform", uniform), ("emission_only", self.emission_only_posterior(b))):
+                m = evaluate_predictions(p, b.posterior)
+                out[name][label] = {"entropy_mae_per_sample": m.entropy_mae_per_sample, "kl": m.kl}
+        return out
 
     def __repr__(self) -> str:
         return f"HMMFilteringTask(n_obs={self.n_obs}, n_states={self.n_states}, n_symbols={self.n_symbols})"

@@ -1,0 +1,151 @@
+"""Run I/O shared by the claims audit (``experiments/runner.py``) and the wind tunnel (``windtunnel/train.py``).
+
+A low-level module: it imports only the standard library and torch, never the rest of the package, so both
+layers can use it without importing each other.
+
+- atomic writes: :func:`write_text_atomic`, :func:`write_json_atomic`, :func:`save_torch_atomic` write a
+  temporary file next to the target and :func:`os.replace` it, so a reader (or a killed run) never sees half a
+  file;
+- what a run records about where it ran: :func:`package_version`, :func:`versions`, :func:`environment`;
+- run control: :func:`torch_threads` (torch's intra-op threads inside a block) and :class:`DeferSignals`
+  (SIGINT and SIGTERM held until a step ends).
+"""
+
+import importlib.metadata
+import json
+import os
+import platform
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "DeferSignals",
+    "environment",
+    "package_version",
+    "save_torch_atomic",
+    "torch_threads",
+    "versions",
+    "write_json_atomic",
+    "write_text_atomic",
+]
+
+# ---------------------------------------------------------------------------------------------- atomic writes
+
+
+def _tmp_path(path: Path) -> Path:
+    """``name.ext`` -> ``name.ext.tmp``, in the same folder (so :func:`os.replace` stays on one file system)."""
+    return path.with_suffix(path.suffix + ".tmp")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and :func:`os.replace`."""
+    tmp = _tmp_path(path)
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json_atomic(obj: Any, path: Path, indent: int = 2) -> None:
+    """``json.dumps(obj, indent=indent)`` written atomically to ``path`` (no trailing newline)."""
+    write_text_atomic(path, json.dumps(obj, indent=indent))
+
+
+def save_torch_atomic(obj: Any, path: Path) -> None:
+    """:func:`torch.save` to a temporary file, then :func:`os.replace` onto ``path``."""
+    tmp = _tmp_path(path)
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------- environment
+
+
+def distribution_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` from its metadata (nothing imported), None if absent."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def package_version() -> str:
+    """The installed version of implicit-em, read from its metadata (without importing the package)."""
+    return distribution_version("implicit-em") or "unknown"  # "unknown": a source tree that was never installed
+
+
+def versions() -> dict[str, str]:
+    """Python, torch and implicit-em versions (the wind tunnel's ``metrics.json`` records these)."""
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "implicit_em": package_version(),
+    }
+
+
+def environment() -> dict[str, Any]:
+    """Versions, platform, CPU count, torch threads, load average and date (the audit's ``results.json``)."""
+    return {
+        "implicit_em": package_version(),
+        "torch": torch.__version__,
+        "numpy": distribution_version("numpy"),
+        "scikit-learn": distribution_version("scikit-learn"),
+        "transformers": distribution_version("transformers"),  # None when not installed
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- run control
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` inside the block (``None``: left as they are) and restored after it.
+
+    Small runs use one thread: a second thread only spin-waits when another process holds a core (57–100×
+    slower, measured). BLAS threads are not touched, so numpy and scikit-learn results do not change.
+    """
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class DeferSignals:
+    """Hold SIGINT and SIGTERM until the end of the current step, so a checkpoint is always at a step boundary.
+
+    Inside the block a signal only sets :attr:`received`; the loop checks it, saves, and then ends the run.
+    Without this, Ctrl-C between drawing a batch and the optimiser step would save a data-generator state that
+    no longer matches the model, and the resumed run would differ from an uninterrupted one. Outside the main
+    thread (where handlers cannot be installed) it does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "DeferSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.received = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
