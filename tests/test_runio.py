@@ -1,6 +1,7 @@
+
 """Run I/O shared by the audit runner and the wind tunnel: atomic writes, environment, threads, signals."""
 
-import importlib
+import importlib.metadata
 import json
 import os
 import signal
@@ -25,9 +26,11 @@ def test_the_runner_the_experiments_and_the_windtunnel_use_the_shared_helpers() 
 
 def test_environment_records_versions_platform_threads_and_date() -> None:
     env = _runio.environment()
-    keys = ["implicit_em", "torch", "python", "platform", "cpu_count", "torch_threads", "loadavg", "date"]
-    assert list(env) == keys
+    keys = ["implicit_em", "torch", "numpy", "scikit-learn", "transformers", "python", "platform", "cpu_count"]
+    assert list(env) == [*keys, "torch_threads", "loadavg", "date"]
     assert env["torch"] == torch.__version__ and env["torch_threads"] == torch.get_num_threads()
+    assert env["numpy"] == importlib.metadata.version("numpy")
+    assert _runio.distribution_version("no-such-distribution-xyz") is None
     assert list(_runio.versions()) == ["python", "torch", "implicit_em"]
     assert _runio.versions()["implicit_em"] == env["implicit_em"]
 
