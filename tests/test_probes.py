@@ -302,7 +302,7 @@ def test_example_quick_mode_runs(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_summary_routing_residual_equals_the_law_written_out() -> None:
-    from implicit_em.probes.laws import per_head_max, routing_law_residual
+    from implicit_em.probes._laws import per_head_max, routing_law_residual
 
     a = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), -1)
     v, u, g = (torch.randn(2, 3, *shape, dtype=torch.float64) for shape in ((5, 6), (4, 6), (4, 5)))

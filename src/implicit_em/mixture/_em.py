@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from implicit_em.distances import gaussian_energies
-from implicit_em.mixture import distributed
+from implicit_em.mixture import _distributed
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._stats import (
     MixtureParams,
@@ -50,15 +50,15 @@ def full_pass(
 ) -> Summary:
     """One E-step over all the data: the summed statistics (float64) and the summed log-likelihood; in a
     process group (and unless ``sync=False``), summed over every process's shard
-    (:mod:`implicit_em.mixture.distributed`)."""
+    (:mod:`implicit_em.mixture._distributed`)."""
     a = score_matrix(params, covariance_type, shift).to(data.dtype)
     total: Summary | None = None
     for x in data.batches(batch_size):
         part, _ = summarize(x, a, shift)
         total = part if total is None else total + part
-    if sync and distributed.active():  # every process's statistics summed; a process without data adds zeros
+    if sync and _distributed.active():  # every process's statistics summed; a process without data adds zeros
         k, d = params.means.shape
-        total = distributed.all_reduce_summary(total or distributed.zero_summary(k, d, params.means.device))
+        total = _distributed.all_reduce_summary(total or _distributed.zero_summary(k, d, params.means.device))
     if total is None or float(total.n) == 0:
         raise ValueError("X has no samples")
     return total

@@ -28,13 +28,13 @@ from torch import Tensor, nn
 from implicit_em.distances import GaussianComponents
 from implicit_em.gaussian import covariances_from_precisions_cholesky, full_precisions
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._em import Callback, FitResult
 from implicit_em.mixture._stats import (
     MixtureParams,
     log_normalize,
     quadratic_features_t,
     quadratic_score_matrix,
 )
-from implicit_em.mixture.em import Callback, FitResult
 from implicit_em.objectives import mixture_nll
 
 OPTIMIZERS = ("adam", "sgd")

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._em import Callback, FitResult, fit_em
 from implicit_em.mixture._stats import (
     MixtureParams,
     Summary,
@@ -26,7 +27,6 @@ from implicit_em.mixture._stats import (
     score_matrix,
     summarize,
 )
-from implicit_em.mixture.em import Callback, FitResult, fit_em
 
 
 class OnlineState(NamedTuple):

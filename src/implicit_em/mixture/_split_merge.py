@@ -19,10 +19,10 @@ import torch
 from torch import Tensor
 
 from implicit_em import gaussian
-from implicit_em.mixture import _stats, distributed
+from implicit_em.mixture import _distributed, _stats
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._em import Callback, FitResult, fit_em
 from implicit_em.mixture._stats import MixtureParams
-from implicit_em.mixture.em import Callback, FitResult, fit_em
 
 
 def _full_covariances(params: MixtureParams, covariance_type: str) -> Tensor:
@@ -167,8 +167,8 @@ def fit_split_merge(
     while trials < n_trials and not best.interrupted:
         moved = False
         # rank 0 proposes from its sample and every process tries the same moves (EM itself is summed over all)
-        moves = candidates(sample, best.params, covariance_type, shift) if distributed.rank() == 0 else None
-        for move in distributed.broadcast_object(moves):
+        moves = candidates(sample, best.params, covariance_type, shift) if _distributed.rank() == 0 else None
+        for move in _distributed.broadcast_object(moves):
             if trials >= n_trials:
                 break
             trials += 1

@@ -33,8 +33,8 @@ from torch import Tensor, nn
 
 from implicit_em.laws import value_law
 from implicit_em.probes import _hf, _torch_mha
+from implicit_em.probes._laws import hopfield_residual, per_head_max, per_head_norm, routing_law_residual
 from implicit_em.probes.attention import active_observer, set_observer
-from implicit_em.probes.laws import hopfield_residual, per_head_max, per_head_norm, routing_law_residual
 
 Mode = Literal["full", "summary"]
 

@@ -26,7 +26,7 @@ from torch import Tensor
 
 
 class AttentionObserver(Protocol):
-    """What an active probe implements; :func:`attend` hands it every call (see ``probes/capture.py``)."""
+    """What an active probe implements; :func:`attend` hands it every call (see ``probes/_capture.py``)."""
 
     def observe_call(
         self,
