@@ -14,7 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from implicit_em import objectives
 from implicit_em.probes import AttentionProbe, HeadProbe, attention, hopfield_residual, routing_law, value_law
-from implicit_em.probes.attention import active_observer, dropout_keep
+from implicit_em.probes.attention import _active_observer, dropout_keep
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-10  # the bound for the laws in float64
@@ -213,7 +213,7 @@ def test_probe_removes_every_hook_and_the_observer() -> None:
     model = TinyModel()
     with pytest.raises(KeyError), AttentionProbe(model):
         raise KeyError("error inside the block")
-    assert active_observer() is None
+    assert _active_observer() is None
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
