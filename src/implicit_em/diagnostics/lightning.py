@@ -13,6 +13,10 @@ from typing import Any
 from implicit_em.diagnostics._monitor import Monitor
 from implicit_em.probes import AttentionProbe
 
+__all__ = [
+    "MonitorCallback",
+]
+
 try:
     from lightning.pytorch import Callback
 except ImportError as error:  # pragma: no cover - depends on the installed extras
