@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from _typecheck import unchecked
 from implicit_em import objectives
 from implicit_em.probes import AttentionProbe, HeadProbe, attention, hopfield_residual, routing_law, value_law
 from implicit_em.probes.attention import _active_observer, dropout_keep
@@ -218,7 +219,7 @@ def test_probe_removes_every_hook_and_the_observer() -> None:
 
 
 def test_probe_errors_are_clear() -> None:
-    with pytest.raises(ValueError, match="mode"):
+    with unchecked(), pytest.raises(ValueError, match="mode"):  # the annotation's Literal excludes it
         AttentionProbe(mode="everything")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="out of range"):
         AttentionProbe(TinyModel(), layers=[5])
@@ -279,7 +280,7 @@ def test_head_probe_leaves_gradients_bit_identical() -> None:
 
 
 def test_head_probe_errors_are_clear() -> None:
-    with pytest.raises(ValueError, match="regime"):
+    with unchecked(), pytest.raises(ValueError, match="regime"):  # the annotation's Literal excludes it
         HeadProbe(regime="supervised")  # type: ignore[arg-type]
     probe = HeadProbe(regime="constrained")
     with pytest.raises(RuntimeError, match="nothing watched"):

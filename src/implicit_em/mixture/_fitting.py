@@ -69,7 +69,7 @@ class FitSettings:
             covariance_type=params["covariance_type"],
             tol=params["tol"],
             reg_covar=params["reg_covar"],
-            max_iter=params["max_iter"],
+            max_iter=int(params["max_iter"]),  # numpy integers too, like batch_size and split_merge
             batch_size=int(batch_size) if batch_size is not None else REGISTRY[params["fitter"]].default_batch_size,
             learning_rate=params["learning_rate"],
             optimizer=params["optimizer"],

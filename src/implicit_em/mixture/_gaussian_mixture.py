@@ -259,7 +259,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def _initial_params(self, data: DataSource, rng: np.random.RandomState, shift: Tensor) -> MixtureParams:
         """sklearn's ``_initialize``: an M-step from the initial responsibilities, then the user's overrides."""
-        k, d = self.n_components, int(data.n_features or 0)
+        k, d = int(self.n_components), int(data.n_features or 0)  # n_components may be a numpy integer
         need_resp = self.weights_init is None or self.means_init is None or self.precisions_init is None
         params: MixtureParams | None = None
         if need_resp:

@@ -21,8 +21,6 @@ call is split instead), so a captured step costs little more than an unprobed on
 model's. Imports go one way: this module uses the adapters, the adapters use only ``probes/attention.py``.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -207,7 +205,7 @@ class AttentionProbe:
         raise ValueError(f"unknown layer {layer!r}; sites are {[n for n, _ in all_sites.values()]}")
 
     # ---- context -------------------------------------------------------------------------------------
-    def __enter__(self) -> AttentionProbe:
+    def __enter__(self) -> "AttentionProbe":
         if _active_observer() is not None:
             raise RuntimeError("another AttentionProbe is already active; probes do not nest")
         self._committed.clear()

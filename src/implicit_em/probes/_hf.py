@@ -14,12 +14,11 @@ HF's signature: its explicit path is :func:`_explicit`, its fused path HF's sdpa
 observes a sub-batch the weights returned are None, as HF's sdpa returns.
 """
 
-from __future__ import annotations
-
 import sys
 from typing import Any
 
 import torch
+from jaxtyping import Float
 from torch import Tensor, nn
 
 from implicit_em.probes.attention import _active_observer, _observed_attention, attend, repeat_kv
@@ -36,15 +35,15 @@ def is_hf_model(model: nn.Module) -> bool:
 @torch.compiler.disable
 def probe_attention_forward(
     module: nn.Module,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
+    query: Float[Tensor, "b h t d"],
+    key: Float[Tensor, "b hkv s d"],
+    value: Float[Tensor, "b hkv s dv"],
     attention_mask: Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
     is_causal: bool | None = None,
     **kwargs: Any,
-) -> tuple[Tensor, Tensor | None]:
+) -> tuple[Float[Tensor, "b t h dv"], Float[Tensor, "b h t s"] | None]:
     """The ``AttentionInterface`` function: explicit attention at probed sites, HF's sdpa elsewhere."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 

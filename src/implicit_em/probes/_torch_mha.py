@@ -15,10 +15,8 @@ adapter only translates sdpa's signature: its explicit path is
 its fused path the function the patch replaced.
 """
 
-from __future__ import annotations
-
 import warnings
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +25,7 @@ from torch import Tensor, nn
 from implicit_em.probes.attention import _observed_attention, attend, repeat_kv
 
 
+@runtime_checkable  # so that the test-time type checker can check it
 class SiteScope(Protocol):
     """What :func:`install` asks of the probe (``AttentionProbe`` implements it; this module never imports it)."""
 

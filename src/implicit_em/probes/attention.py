@@ -18,13 +18,12 @@ the active probe (:func:`_active_observer`), how a captured call runs (:func:`_o
 shadow recomputation of a sub-batch (:func:`_shadow`). It imports nothing else from ``implicit_em.probes``.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 __all__ = [
@@ -39,6 +38,7 @@ __all__ = [
 ]
 
 
+@runtime_checkable  # so that the test-time type checker can check it
 class _AttentionObserver(Protocol):
     """What an active probe implements; :func:`attend` hands it every call (see ``probes/_capture.py``)."""
 
@@ -84,7 +84,9 @@ def _set_observer(observer: _AttentionObserver | None) -> None:
     _OBSERVER = observer
 
 
-def attention_scores(query: Tensor, key: Tensor, scale: float | None = None) -> Tensor:
+def attention_scores(
+    query: Float[Tensor, "*#batch t e"], key: Float[Tensor, "*#batch s e"], scale: float | None = None
+) -> Float[Tensor, "*#batch t s"]:
     """Scaled dot-product scores s, shape (..., T, S), from query (..., T, E) and key (..., S, E)."""
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
@@ -94,12 +96,14 @@ def attention_scores(query: Tensor, key: Tensor, scale: float | None = None) -> 
     return torch.matmul(query * scale, key.transpose(-2, -1))  # (..., T, S); scaling q is a T x E pass, not T x S
 
 
-def default_scale(query: Tensor) -> float:
+def default_scale(query: Float[Tensor, "... e"]) -> float:
     """sdpa's default scale, 1/sqrt(E)."""
     return 1.0 / math.sqrt(query.shape[-1])
 
 
-def apply_mask(scores: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+def apply_mask(
+    scores: Float[Tensor, "*#batch t s"], attn_mask: Tensor | None = None, is_causal: bool = False
+) -> Float[Tensor, "*#batch t s"]:
     """Add an sdpa-style mask to scores: boolean ``False`` (or ``is_causal`` future) entries become -inf."""
     if is_causal:
         t, s = scores.shape[-2], scores.shape[-1]
@@ -113,7 +117,7 @@ def apply_mask(scores: Tensor, attn_mask: Tensor | None = None, is_causal: bool 
     return scores
 
 
-def masked_softmax(scores: Tensor, masked: bool) -> Tensor:
+def masked_softmax(scores: Float[Tensor, "*batch t s"], masked: bool) -> Float[Tensor, "*batch t s"]:
     """Softmax over the last dim; with ``masked``, rows of all -inf scores get zero weights (sdpa's rule)."""
     if not masked:
         return torch.softmax(scores, dim=-1)
@@ -122,7 +126,7 @@ def masked_softmax(scores: Tensor, masked: bool) -> Tensor:
     return torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
 
 
-def dropout_keep(weights: Tensor, dropout_p: float) -> Tensor:
+def dropout_keep(weights: Float[Tensor, "*shape"], dropout_p: float) -> Float[Tensor, "*shape"]:
     """The multiplier F.dropout applies: Bernoulli(1 - p) / (1 - p), drawn as F.dropout draws it."""
     if not 0.0 < dropout_p < 1.0:
         raise ValueError(f"dropout_p must lie in (0, 1) to draw a dropout mask, got {dropout_p}")
@@ -140,7 +144,7 @@ def _split_mask(attn_mask: Tensor | None, n: int, batch: int) -> tuple[Tensor | 
     return attn_mask[:n], attn_mask[n:]
 
 
-def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+def repeat_kv(x: Float[Tensor, "*batch h s d"], n_rep: int) -> Float[Tensor, "*batch hr s d"]:
     """(..., Hkv, S, D) -> (..., Hkv * n_rep, S, D), each key/value head repeated for its group of query heads.
 
     Grouped-query attention: HF's ``repeat_kv`` and sdpa's ``enable_gqa`` (``repeat_interleave`` on dim -3)
@@ -195,15 +199,15 @@ def _shadow(output: Tensor, observed: Tensor) -> Tensor:
 
 
 def attend(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
+    query: Float[Tensor, "*#batch t e"],
+    key: Float[Tensor, "*#batch s e"],
+    value: Float[Tensor, "*#batch s ev"],
     attn_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
     site: str | None = None,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Float[Tensor, "*#batch t ev"], Float[Tensor, "*#batch t s"]]:
     """Explicit attention that reports to the active probe; returns (output, post-dropout weights).
 
     ``site`` names the layer for the probe (adapters pass it); ``None`` lets the probe name it.
@@ -265,14 +269,14 @@ def _observed_attention(
 
 
 def attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
+    query: Float[Tensor, "*#batch t e"],
+    key: Float[Tensor, "*#batch s e"],
+    value: Float[Tensor, "*#batch s ev"],
     attn_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
-) -> Tensor:
+) -> Float[Tensor, "*#batch t ev"]:
     """Drop-in for :func:`torch.nn.functional.scaled_dot_product_attention`, computed explicitly.
 
     Args:
