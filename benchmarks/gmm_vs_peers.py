@@ -345,7 +345,7 @@ def main() -> None:
         if "start" not in report:
             from sklearn.cluster import KMeans
 
-            from implicit_em.mixture.em import _estimate_gaussian_parameters
+            from implicit_em.mixture._em import _estimate_gaussian_parameters
 
             t0 = time.perf_counter()
             labels = KMeans(K, n_init=1, random_state=args.seed).fit(train).labels_

@@ -1,7 +1,9 @@
 """Test-wide settings: small hypothesis budgets for the quick run, float64 references, strict shapes.
 
-The foundation modules are type-checked at test time with jaxtyping + beartype (see ``addopts`` in
-pyproject.toml: ``--jaxtyping-packages``), so a shape or dtype annotation that lies fails the tests.
+The foundation modules, the mixture engine, the probes and the diagnostics are type-checked at test time with
+jaxtyping + beartype (see ``addopts`` in pyproject.toml: ``--jaxtyping-packages``; the checker is
+``tests/_typecheck.py``), so a shape or dtype annotation that lies fails the tests. ``_typecheck.unchecked()``
+switches the checker off for a test of the library's own ``ValueError`` on an argument its annotation excludes.
 """
 
 import os

@@ -205,7 +205,7 @@ def test_code_files_follow_the_library_imports_transitively() -> None:
     # its own file, the protocol, and what `from implicit_em.mixture import GaussianMixture` and `_stats` bring
     for name in ("implicit_em.experiments.same_optimum", "implicit_em.experiments._base", "implicit_em.mixture"):
         assert name in files
-    assert "implicit_em.mixture._stats" in files and "implicit_em.mixture.gd" in files
+    assert "implicit_em.mixture._stats" in files and "implicit_em.mixture._gd" in files
     # neither the registry, nor another experiment, nor the package's top-level re-exports
     for name in ("implicit_em.experiments", "implicit_em.experiments.theorem1", "implicit_em", "implicit_em.cli"):
         assert name not in files

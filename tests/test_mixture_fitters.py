@@ -140,7 +140,7 @@ def test_gd_gradient_from_responsibilities_equals_autograd_through_components(co
     autograd through GaussianComponents and mixture_nll, in float64, for every parameter and covariance type."""
     from implicit_em import gaussian
     from implicit_em.mixture import _stats
-    from implicit_em.mixture.gd import accumulate_gradient, batch_loss, make_state
+    from implicit_em.mixture._gd import accumulate_gradient, batch_loss, make_state
 
     g = torch.Generator().manual_seed(3)
     k, d = 4, 3
@@ -173,7 +173,7 @@ def test_gd_gradient_from_responsibilities_equals_autograd_through_components(co
 
 
 def test_gd_halves_the_learning_rate_on_plateaus_before_it_stops() -> None:
-    from implicit_em.mixture.gd import LR_HALVINGS
+    from implicit_em.mixture._gd import LR_HALVINGS
 
     train, _ = _known_mixture("full", seed=1)
     gm = GaussianMixture(3, fitter="gd", random_state=0, batch_size=256, learning_rate=0.02).fit(train)

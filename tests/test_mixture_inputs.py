@@ -80,6 +80,19 @@ def test_bad_parameters_name_the_parameter(param: str, value: object) -> None:
         GaussianMixture(**{"n_components": 2, param: value}).fit(_x())
 
 
+@pytest.mark.parametrize("fitter", FITTERS)
+def test_numpy_integers_and_integer_valued_floats_give_the_same_fit(fitter: str) -> None:
+    """What the estimator accepts (numpy integers for counts, ints for tol and reg_covar) also passes the test-time
+    type checker of the fitters, and fits exactly as the plain Python values do."""
+    plain = {"n_components": 2, "max_iter": 3, "n_init": 1, "split_merge": 1, "tol": 0.0, "reg_covar": 0.0}
+    other = {**{k: np.int64(v) for k, v in plain.items() if isinstance(v, int)}, "tol": 0, "reg_covar": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # max_iter=3 does not converge
+        fits = [GaussianMixture(**kw, fitter=fitter, random_state=0).fit(_x()) for kw in (plain, other)]
+    np.testing.assert_array_equal(fits[0].means_, fits[1].means_)
+    assert fits[0].n_iter_ == fits[1].n_iter_
+
+
 def test_bad_user_init_shapes_raise() -> None:
     with pytest.raises(ValueError, match="means_init"):
         GaussianMixture(2, means_init=np.zeros((3, 3))).fit(_x())

@@ -6,7 +6,7 @@ from torch.testing import assert_close
 
 from implicit_em import gaussian
 from implicit_em.mixture import GaussianMixture, _stats
-from implicit_em.mixture.split_merge import Split, apply_move
+from implicit_em.mixture._split_merge import Split, apply_move
 
 
 def _four_blobs(seed: int = 0) -> np.ndarray:

@@ -12,7 +12,7 @@ from torch.testing import assert_close
 from implicit_em import gaussian
 from implicit_em.distances import GaussianComponents, gaussian_energies
 from implicit_em.mixture import _stats
-from implicit_em.mixture.em import _estimate_gaussian_parameters, _estimate_log_gaussian_prob
+from implicit_em.mixture._em import _estimate_gaussian_parameters, _estimate_log_gaussian_prob
 
 TYPES = ["full", "tied", "diag", "spherical"]
 

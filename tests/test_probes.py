@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from _typecheck import unchecked
 from implicit_em import objectives
 from implicit_em.probes import AttentionProbe, HeadProbe, attention, hopfield_residual, routing_law, value_law
-from implicit_em.probes.attention import active_observer, dropout_keep
+from implicit_em.probes.attention import _active_observer, dropout_keep
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-10  # the bound for the laws in float64
@@ -213,12 +214,12 @@ def test_probe_removes_every_hook_and_the_observer() -> None:
     model = TinyModel()
     with pytest.raises(KeyError), AttentionProbe(model):
         raise KeyError("error inside the block")
-    assert active_observer() is None
+    assert _active_observer() is None
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
 def test_probe_errors_are_clear() -> None:
-    with pytest.raises(ValueError, match="mode"):
+    with unchecked(), pytest.raises(ValueError, match="mode"):  # the annotation's Literal excludes it
         AttentionProbe(mode="everything")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="out of range"):
         AttentionProbe(TinyModel(), layers=[5])
@@ -279,7 +280,7 @@ def test_head_probe_leaves_gradients_bit_identical() -> None:
 
 
 def test_head_probe_errors_are_clear() -> None:
-    with pytest.raises(ValueError, match="regime"):
+    with unchecked(), pytest.raises(ValueError, match="regime"):  # the annotation's Literal excludes it
         HeadProbe(regime="supervised")  # type: ignore[arg-type]
     probe = HeadProbe(regime="constrained")
     with pytest.raises(RuntimeError, match="nothing watched"):
@@ -302,7 +303,7 @@ def test_example_quick_mode_runs(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_summary_routing_residual_equals_the_law_written_out() -> None:
-    from implicit_em.probes.laws import per_head_max, routing_law_residual
+    from implicit_em.probes._laws import per_head_max, routing_law_residual
 
     a = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), -1)
     v, u, g = (torch.randn(2, 3, *shape, dtype=torch.float64) for shape in ((5, 6), (4, 6), (4, 5)))

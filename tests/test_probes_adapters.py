@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from implicit_em.probes import AttentionProbe
-from implicit_em.probes.attention import attend, observed_attention, repeat_kv
+from implicit_em.probes.attention import _observed_attention, attend, repeat_kv
 
 PROBES = Path(__file__).resolve().parents[1] / "src" / "implicit_em" / "probes"
 PACKAGE = "implicit_em.probes"
@@ -62,14 +62,14 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_probes_import_graph_has_no_cycle() -> None:
     graph = _import_graph()
-    assert f"{PACKAGE}._torch_mha" in graph and f"{PACKAGE}.capture" in graph
+    assert f"{PACKAGE}._torch_mha" in graph and f"{PACKAGE}._capture" in graph
     assert _cycle(graph) is None, _cycle(graph)
 
 
 @pytest.mark.parametrize("adapter", ["_torch_mha", "_hf"])
 def test_adapters_import_only_the_attention_core(adapter: str) -> None:
     assert _import_graph()[f"{PACKAGE}.{adapter}"] == {f"{PACKAGE}.attention"}
-    assert _import_graph()[f"{PACKAGE}.capture"] >= {f"{PACKAGE}.{adapter}", f"{PACKAGE}.attention"}
+    assert _import_graph()[f"{PACKAGE}._capture"] >= {f"{PACKAGE}.{adapter}", f"{PACKAGE}.attention"}
 
 
 def test_cycle_finder_finds_a_cycle() -> None:
@@ -112,7 +112,7 @@ def test_repeat_kv_groups_consecutive_query_heads() -> None:
     assert repeat_kv(x, 1) is x
 
 
-# ---- observed_attention: the one place that chooses explicit, fused plus shadow, or split and concatenate ----
+# ---- _observed_attention: the one place that chooses explicit, fused plus shadow, or split and concatenate ----
 
 
 class _Calls:
@@ -140,7 +140,7 @@ def _inputs(b: int = 3) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 def test_without_a_sub_batch_the_explicit_path_computes_the_whole_call() -> None:
     calls, (q, k, v, mask) = _Calls(), _inputs()
     with AttentionProbe(mode="summary", summary_batch=None):
-        output, weights = observed_attention(q, k, v, mask, 0.0, calls.explicit, calls.fused)
+        output, weights = _observed_attention(q, k, v, mask, 0.0, calls.explicit, calls.fused)
     assert calls.log == [("explicit", 3, 3, 0.0)]
     expected, expected_weights = attend(q, k, v, mask)
     assert weights is not None and torch.equal(weights, expected_weights) and torch.equal(output, expected)
@@ -150,7 +150,7 @@ def test_sub_batch_without_dropout_is_the_fused_call_plus_a_shadow_of_the_first_
     calls, (q, k, v, mask) = _Calls(), _inputs()
     upstream = torch.randn(3, 2, 5, 4, dtype=torch.float64)
     with AttentionProbe(mode="summary", summary_batch=1) as probe:
-        output, weights = observed_attention(q, k, v, mask, 0.0, calls.explicit, calls.fused)
+        output, weights = _observed_attention(q, k, v, mask, 0.0, calls.explicit, calls.fused)
         output.backward(upstream)  # a backward, as a training step runs (autograd.grad would skip the shadow)
     grads = [x.grad for x in (q, k, v)]
     assert calls.log == [("fused", 3, 3, 0.0), ("explicit", 1, 1, 0.0)]
@@ -166,7 +166,7 @@ def test_sub_batch_with_dropout_splits_the_call_and_concatenates() -> None:
     calls, (q, k, v, mask) = _Calls(), _inputs()
     with AttentionProbe(mode="summary", summary_batch=2):
         torch.manual_seed(5)
-        output, weights = observed_attention(q, k, v, mask, 0.25, calls.explicit, calls.fused)
+        output, weights = _observed_attention(q, k, v, mask, 0.25, calls.explicit, calls.fused)
     assert calls.log == [("explicit", 2, 2, 0.25), ("fused", 1, 1, 0.25)]  # the observed sequences draw first
     assert weights is None
     torch.manual_seed(5)
@@ -179,7 +179,7 @@ def test_a_mask_that_broadcasts_over_the_batch_goes_to_both_parts_whole() -> Non
     calls, (q, k, v, _) = _Calls(), _inputs()
     shared = torch.ones(1, 1, 5, 5, dtype=torch.bool).tril()
     with AttentionProbe(mode="summary", summary_batch=1):
-        observed_attention(q, k, v, shared, 0.0, calls.explicit, calls.fused)
-        observed_attention(q, k, v, shared, 0.5, calls.explicit, calls.fused)
+        _observed_attention(q, k, v, shared, 0.0, calls.explicit, calls.fused)
+        _observed_attention(q, k, v, shared, 0.5, calls.explicit, calls.fused)
     assert [mask_batch for *_, mask_batch, _ in calls.log] == [1, 1, 1, 1]
     assert [batch for _, batch, *_ in calls.log] == [3, 1, 1, 2]

@@ -1,4 +1,3 @@
-
 """Run I/O shared by the audit runner and the wind tunnel: atomic writes, environment, threads, signals."""
 
 import importlib.metadata

@@ -24,6 +24,8 @@ from implicit_em.objectives import (
     mixture_nll,
 )
 
+__all__ = ["Inputs", "LawCheck", "demo", "law_checks", "main"]
+
 #: How a demo row builds its inputs in a dtype: autograd's gradient, and the keyword arguments of the law function.
 Inputs = Callable[[torch.dtype], tuple[torch.Tensor, dict[str, Any]]]
 

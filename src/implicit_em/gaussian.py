@@ -35,6 +35,7 @@ __all__ = [
     "COVARIANCE_TYPES",
     "CovarianceType",
     "OnSingular",
+    "Shaped",
     "check_covariance_type",
     "covariances_from_precisions_cholesky",
     "full_matrices",

@@ -4,8 +4,6 @@ Histories are (steps, K) tensors, one row per recorded step; ``steps`` gives the
 (default 0, 1, ...). A detector returns ``None`` when it stays silent.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any

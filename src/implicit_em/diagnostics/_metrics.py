@@ -3,12 +3,13 @@ r"""Specialisation and dynamics metrics: pure functions of responsibilities, par
 Shapes: r (N, K) responsibilities (any leading dims fold into N); K components; patterns (B, H, T, S).
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
+
+from implicit_em import gaussian
 
 
 def _rows(r: Tensor) -> Tensor:
@@ -17,24 +18,24 @@ def _rows(r: Tensor) -> Tensor:
     return r.reshape(-1, r.shape[-1])  # (N, K)
 
 
-def component_usage(r: Tensor) -> Tensor:
+def component_usage(r: Float[Tensor, "*n k"]) -> Float[Tensor, " k"]:
     r"""Responsibility mass per component, :math:`N_j / N` with :math:`N_j = \sum_i r_{ij}`; shape (K,)."""
     rows = _rows(r)
     return rows.sum(dim=0) / max(rows.shape[0], 1)
 
 
-def usage_entropy(usage: Tensor) -> Tensor:
+def usage_entropy(usage: Float[Tensor, " k"]) -> Float[Tensor, ""]:
     r"""Entropy (nats) of the normalised usage :math:`p_j = N_j / \sum_k N_k`; 0 if one component takes all."""
     p = usage / usage.sum()
     return -torch.special.xlogy(p, p).sum()
 
 
-def effective_components(usage: Tensor) -> Tensor:
+def effective_components(usage: Float[Tensor, " k"]) -> Float[Tensor, ""]:
     r"""Effective number of components :math:`\exp H(p)`, from 1 (one component) to K (uniform usage)."""
     return usage_entropy(usage).exp()
 
 
-def responsibility_histograms(r: Tensor, bins: int = 10) -> Tensor:
+def responsibility_histograms(r: Float[Tensor, "*n k"], bins: int = 10) -> Float[Tensor, "k b"]:
     """Counts of :math:`r_{ij}` per component in ``bins`` equal bins of [0, 1]; shape (K, bins).
 
     A specialised component has mass near 0 and near 1; an unspecialised one near 1/K.
@@ -45,14 +46,14 @@ def responsibility_histograms(r: Tensor, bins: int = 10) -> Tensor:
     return torch.nn.functional.one_hot(index, bins).sum(dim=0).to(r.dtype)  # (K, bins)
 
 
-def relative_change(previous: Tensor, current: Tensor) -> Tensor:
+def relative_change(previous: Float[Tensor, "..."], current: Float[Tensor, "..."]) -> Float[Tensor, ""]:
     r""":math:`\lVert x_t - x_{t-1} \rVert_F / \lVert x_{t-1} \rVert_F` (a scalar tensor; inf if x_{t-1} = 0)."""
     if previous.shape != current.shape:
         raise ValueError(f"shapes differ: {tuple(previous.shape)} and {tuple(current.shape)}")
     return torch.linalg.vector_norm(current - previous) / torch.linalg.vector_norm(previous)
 
 
-def drift(previous: Tensor, current: Tensor) -> Tensor:
+def drift(previous: Float[Tensor, "..."], current: Float[Tensor, "..."]) -> Float[Tensor, " k"]:
     r"""Per-component drift of prototypes or values (K, D): :math:`\lVert \mu_j' - \mu_j \rVert / \lVert \mu_j \rVert`.
 
     Returns:
@@ -66,19 +67,19 @@ def drift(previous: Tensor, current: Tensor) -> Tensor:
 class TwoTimescale(NamedTuple):
     """Relative change per step of attention patterns, values and (optionally) W_V; ``ratio`` = values / attention."""
 
-    attention: Tensor
-    values: Tensor
-    w_v: Tensor | None
-    ratio: Tensor
+    attention: Float[Tensor, ""]
+    values: Float[Tensor, ""]
+    w_v: Float[Tensor, ""] | None
+    ratio: Float[Tensor, ""]
 
 
 def two_timescale(
-    patterns_before: Tensor,
-    patterns_after: Tensor,
-    values_before: Tensor,
-    values_after: Tensor,
-    w_v_before: Tensor | None = None,
-    w_v_after: Tensor | None = None,
+    patterns_before: Float[Tensor, "..."],
+    patterns_after: Float[Tensor, "..."],
+    values_before: Float[Tensor, "..."],
+    values_after: Float[Tensor, "..."],
+    w_v_before: Float[Tensor, "..."] | None = None,
+    w_v_after: Float[Tensor, "..."] | None = None,
 ) -> TwoTimescale:
     r"""The two-timescale measure of arXiv 2512.22473: how fast routing moves compared with content.
 
@@ -96,7 +97,7 @@ def two_timescale(
     return TwoTimescale(attention, values, w_v, values / attention)
 
 
-def min_variance(whitening: Tensor, covariance_type: str) -> Tensor:
+def min_variance(whitening: gaussian.Shaped, covariance_type: str) -> Float[Tensor, " k"]:
     r"""Smallest variance of each component, :math:`1/\sigma_{\max}(W_j)^2` with :math:`\Sigma_j = (W_j^T W_j)^{-1}`.
 
     Whitening in the conventions of :func:`implicit_em.distances.gaussian_energies`: full (K, D, D), tied

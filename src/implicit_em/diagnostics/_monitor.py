@@ -5,8 +5,6 @@ Each ``log_*`` call computes the metrics of ``_metrics.py`` from what it is give
 detectors scan, and returns the record. :meth:`Monitor.findings` runs the detectors.
 """
 
-from __future__ import annotations
-
 import json
 import math
 from pathlib import Path
@@ -204,7 +202,7 @@ class Monitor:
         if self._writer is not None:
             self._writer.flush()
 
-    def __enter__(self) -> Monitor:
+    def __enter__(self) -> "Monitor":
         return self
 
     def __exit__(

@@ -6,12 +6,14 @@ summary-mode :class:`~implicit_em.probes.AttentionProbe` on the LightningModule;
 statistics; in ``on_train_batch_end`` it logs the loss.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from implicit_em.diagnostics._monitor import Monitor
 from implicit_em.probes import AttentionProbe
+
+__all__ = [
+    "MonitorCallback",
+]
 
 try:
     from lightning.pytorch import Callback

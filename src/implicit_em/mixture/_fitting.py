@@ -2,8 +2,8 @@
 
 ``fit`` and ``partial_fit`` build a :class:`FitSettings` from the estimator's parameters (``__init__`` only stores
 them, as in sklearn), look the fitter up by name in :data:`REGISTRY` once, and call its ``fit`` or its
-``partial_step``. The algorithms stay pure functions of data and parameters in ``em.py`` (batch EM, §2.3),
-``online_em.py`` (Cappé–Moulines) and ``gd.py`` (implicit EM, §3.4, §4.1), as STYLE §3 asks; the classes here
+``partial_step``. The algorithms stay pure functions of data and parameters in ``_em.py`` (batch EM, §2.3),
+``_online_em.py`` (Cappé–Moulines) and ``_gd.py`` (implicit EM, §3.4, §4.1), as STYLE §3 asks; the classes here
 carry the settings to them and say what differs between them (progress unit, default batch size, whether they
 shuffle, which state ``partial_fit`` continues from, whether split-and-merge and ``torch.distributed`` apply).
 Every ``history_`` record is built by :func:`history_record`.
@@ -17,10 +17,10 @@ from torch import Tensor
 
 from implicit_em.mixture import _stats
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._em import Callback, FitResult, fit_em
+from implicit_em.mixture._gd import fit_gd, gd_step, make_state, state_params
+from implicit_em.mixture._online_em import fit_online_em, init_state, online_step
 from implicit_em.mixture._stats import MixtureParams
-from implicit_em.mixture.em import Callback, FitResult, fit_em
-from implicit_em.mixture.gd import fit_gd, gd_step, make_state, state_params
-from implicit_em.mixture.online_em import fit_online_em, init_state, online_step
 
 __all__ = [
     "CHUNK",
@@ -69,7 +69,7 @@ class FitSettings:
             covariance_type=params["covariance_type"],
             tol=params["tol"],
             reg_covar=params["reg_covar"],
-            max_iter=params["max_iter"],
+            max_iter=int(params["max_iter"]),  # numpy integers too, like batch_size and split_merge
             batch_size=int(batch_size) if batch_size is not None else REGISTRY[params["fitter"]].default_batch_size,
             learning_rate=params["learning_rate"],
             optimizer=params["optimizer"],
@@ -98,7 +98,7 @@ def history_record(
 class History:
     """The ``history_`` of one start (a list of :func:`history_record` dicts) and its optional progress bar.
 
-    ``epoch`` is the fitters' :data:`~implicit_em.mixture.em.Callback` (it also advances the bar);
+    ``epoch`` is the fitters' :data:`~implicit_em.mixture._em.Callback` (it also advances the bar);
     ``split_merge`` is the callback of the split-and-merge EM runs, numbered on from the last record.
     """
 
@@ -183,7 +183,7 @@ def _online_partial_step(
 
 
 class BatchEM:
-    """Batch EM (:func:`~implicit_em.mixture.em.fit_em`); ``partial_fit`` takes online-EM steps."""
+    """Batch EM (:func:`~implicit_em.mixture._em.fit_em`); ``partial_fit`` takes online-EM steps."""
 
     unit = "iter"
     default_batch_size = CHUNK
@@ -223,7 +223,8 @@ class BatchEM:
 
 
 class OnlineEM:
-    """Online EM on mini-batches, then one exact EM iteration (:func:`~implicit_em.mixture.online_em.fit_online_em`)."""
+    """Online EM on mini-batches, then one exact EM iteration
+    (:func:`~implicit_em.mixture._online_em.fit_online_em`)."""
 
     unit = "epoch"
     default_batch_size = _MINI_BATCH
@@ -263,7 +264,7 @@ class OnlineEM:
 
 
 class GradientDescent:
-    """Mini-batch gradient descent on the exact NLL (:func:`~implicit_em.mixture.gd.fit_gd`), whose lower bound
+    """Mini-batch gradient descent on the exact NLL (:func:`~implicit_em.mixture._gd.fit_gd`), whose lower bound
     becomes an exact pass over the data afterwards (with the volume term; without it the objective is kept)."""
 
     unit = "epoch"

@@ -14,6 +14,7 @@ the statistics are accumulated in float64.
 Parameters are kept in scikit-learn's shapes: weights (K,), means (K, D), covariances and precisions_cholesky
 (K, D, D) full, (D, D) tied, (K, D) diag, (K,) spherical (paper §3.4; W_j = precisions_cholesky_[j]ᵀ). The shapes
 and the conversions between covariances, precisions and their Cholesky factors are :mod:`implicit_em.gaussian`.
+Signatures name the shapes: N samples, D features, K components, P = D(D+1)/2 + D + 1 quadratic features.
 """
 
 import math
@@ -21,6 +22,7 @@ import warnings
 from typing import NamedTuple
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from implicit_em import gaussian
@@ -29,10 +31,10 @@ from implicit_em import gaussian
 class MixtureParams(NamedTuple):
     """Gaussian mixture parameters in scikit-learn's shapes (see module docstring)."""
 
-    weights: Tensor
-    means: Tensor
-    covariances: Tensor
-    precisions_cholesky: Tensor
+    weights: Float[Tensor, " k"]
+    means: Float[Tensor, "k d"]
+    covariances: gaussian.Shaped
+    precisions_cholesky: gaussian.Shaped
 
 
 class Summary(NamedTuple):
@@ -42,11 +44,11 @@ class Summary(NamedTuple):
     loglik: Σ_i log p(x_i) under the parameters used for the E-step (0-dim; 0 when resp were given).
     """
 
-    n: Tensor
-    nk: Tensor
-    sx: Tensor
-    sxx: Tensor
-    loglik: Tensor
+    n: Float[Tensor, ""]
+    nk: Float[Tensor, " k"]
+    sx: Float[Tensor, "k d"]
+    sxx: Float[Tensor, "k d d"]
+    loglik: Float[Tensor, ""]
 
     def __add__(self, other: "Summary") -> "Summary":  # type: ignore[override]
         return Summary(*(a + b for a, b in zip(self, other, strict=True)))
@@ -61,7 +63,7 @@ def _triu(n_features: int, device: torch.device | None = None) -> tuple[Tensor, 
     return rows, cols
 
 
-def quadratic_features_t(x: Tensor) -> Tensor:
+def quadratic_features_t(x: Float[Tensor, "n d"]) -> Float[Tensor, "p n"]:
     """φ(x)ᵀ, shape (P, N) with P = D(D+1)/2 + D + 1: rows x_a x_b (a ≤ b, row-major upper triangle), x, 1.
 
     Built transposed from D broadcast products, each writing contiguous rows of one buffer: on CPU this is
@@ -80,12 +82,12 @@ def quadratic_features_t(x: Tensor) -> Tensor:
     return out
 
 
-def quadratic_features(x: Tensor) -> Tensor:
+def quadratic_features(x: Float[Tensor, "n d"]) -> Float[Tensor, "n p"]:
     """φ(x) = [x_a x_b (a ≤ b), x, 1], shape (N, P) (a transposed view of :func:`quadratic_features_t`)."""
     return quadratic_features_t(x).T
 
 
-def score_matrix(params: MixtureParams, covariance_type: str, shift: Tensor) -> Tensor:
+def score_matrix(params: MixtureParams, covariance_type: str, shift: Float[Tensor, " d"]) -> Float[Tensor, "p k"]:
     r"""A (P, K) with φ(x - shift)ᵀ A_{:,j} = log π_j + log N(x; μ_j, Σ_j).
 
     With m = μ - shift: log N = -½ xᵀΛx + xᵀΛm - ½ mᵀΛm + log|det W| - (D/2) log 2π.
@@ -98,7 +100,9 @@ def score_matrix(params: MixtureParams, covariance_type: str, shift: Tensor) -> 
     return quadratic_score_matrix(lam, means - shift.double(), offsets)
 
 
-def quadratic_score_matrix(precisions: Tensor, means: Tensor, offsets: Tensor) -> Tensor:
+def quadratic_score_matrix(
+    precisions: Float[Tensor, "k d d"], means: Float[Tensor, "k d"], offsets: Float[Tensor, " k"]
+) -> Float[Tensor, "p k"]:
     r"""A (P, K) with φ(x)ᵀ A_{:,j} = offsets_j - ½ (x - m_j)ᵀ Λ_j (x - m_j), for Λ (K, D, D), m (K, D), offsets (K,).
 
     Differentiable in all three (the gradient fitter backpropagates through it). An off-diagonal pair
@@ -112,12 +116,16 @@ def quadratic_score_matrix(precisions: Tensor, means: Tensor, offsets: Tensor) -
     return torch.cat([quad, lin, const[:, None]], dim=1).T.contiguous()  # (P, K)
 
 
-def weighted_log_prob(x: Tensor, a: Tensor, shift: Tensor) -> Tensor:
+def weighted_log_prob(
+    x: Float[Tensor, "n d"], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"]
+) -> Float[Tensor, "n k"]:
     """log π_j + log N(x_i; μ_j, Σ_j), shape (N, K), in the dtype of ``a`` (cast x and shift to it)."""
     return (a.T @ quadratic_features_t(x.to(a.dtype) - shift.to(a.dtype))).T
 
 
-def _unpack(s: Tensor, n_features: int) -> tuple[Tensor, Tensor, Tensor]:
+def _unpack(
+    s: Float[Tensor, "k p"], n_features: int
+) -> tuple[Float[Tensor, " k"], Float[Tensor, "k d"], Float[Tensor, "k d d"]]:
     """Split Rᵀφ (K, P) into nk (K,), Σ r x (K, D), Σ r x xᵀ (K, D, D)."""
     k = s.shape[0]
     rows, cols = _triu(n_features, s.device)
@@ -128,7 +136,7 @@ def _unpack(s: Tensor, n_features: int) -> tuple[Tensor, Tensor, Tensor]:
     return s[:, -1], s[:, q : q + n_features], sxx
 
 
-def log_normalize(logp: Tensor) -> tuple[Tensor, Tensor]:
+def log_normalize(logp: Float[Tensor, "k n"]) -> tuple[Float[Tensor, "k n"], Float[Tensor, " n"]]:
     """Responsibilities and log-normaliser of log-joint scores (K, N) along dim 0: (softmax, logsumexp).
 
     Log-ratios below a floor (0.6·log of the dtype's smallest normal: -52 in float32, -425 in float64) are
@@ -146,7 +154,9 @@ def log_normalize(logp: Tensor) -> tuple[Tensor, Tensor]:
     return ratios.div_(total), total.log_().add_(top)
 
 
-def summarize(x: Tensor, a: Tensor, shift: Tensor) -> tuple[Summary, Tensor]:
+def summarize(
+    x: Float[Tensor, "n d"], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"]
+) -> tuple[Summary, Float[Tensor, " n"]]:
     """E-step and statistics for a chunk: returns (Summary in float64, log p(x_i) per row (N,))."""
     phi_t = quadratic_features_t(x.to(a.dtype) - shift.to(a.dtype))  # (P, N)
     resp, log_norm = log_normalize(a.T @ phi_t)  # (K, N), (N,)
@@ -155,7 +165,7 @@ def summarize(x: Tensor, a: Tensor, shift: Tensor) -> tuple[Summary, Tensor]:
     return Summary(n, nk, sx, sxx, log_norm.double().sum()), log_norm
 
 
-def summarize_resp(x: Tensor, resp: Tensor, shift: Tensor) -> Summary:
+def summarize_resp(x: Float[Tensor, "n d"], resp: Float[Tensor, "n k"], shift: Float[Tensor, " d"]) -> Summary:
     """Statistics for given responsibilities (N, K) (initialisation from labels), float64."""
     phi_t = quadratic_features_t(x.to(resp.dtype) - shift.to(resp.dtype))  # (P, N)
     nk, sx, sxx = _unpack((phi_t @ resp).T.double(), x.shape[1])
@@ -163,7 +173,7 @@ def summarize_resp(x: Tensor, resp: Tensor, shift: Tensor) -> Summary:
     return Summary(n, nk, sx, sxx, torch.zeros((), dtype=torch.float64, device=x.device))
 
 
-def expected_summary(params: MixtureParams, covariance_type: str, shift: Tensor) -> Summary:
+def expected_summary(params: MixtureParams, covariance_type: str, shift: Float[Tensor, " d"]) -> Summary:
     """The per-sample statistics the parameters imply: π_j, π_j m_j, π_j (Σ_j + m_j m_jᵀ) (online EM's s_0)."""
     w, mu, cov, _ = (t.double() for t in params)
     k, d = mu.shape
@@ -175,8 +185,12 @@ def expected_summary(params: MixtureParams, covariance_type: str, shift: Tensor)
 
 
 def covariances_from_summary(
-    summary: Summary, means_shifted: Tensor, nk: Tensor, reg_covar: float, covariance_type: str
-) -> Tensor:
+    summary: Summary,
+    means_shifted: Float[Tensor, "k d"],
+    nk: Float[Tensor, " k"],
+    reg_covar: float,
+    covariance_type: str,
+) -> gaussian.Shaped:
     """The M-step covariances of sklearn's ``_estimate_gaussian_covariances_*`` from the statistics."""
     d = means_shifted.shape[1]
     outer = means_shifted[:, :, None] * means_shifted[:, None, :]  # (K, D, D)
@@ -192,7 +206,7 @@ def covariances_from_summary(
 
 
 def from_summaries(
-    summary: Summary, shift: Tensor, reg_covar: float, covariance_type: str, dtype: torch.dtype
+    summary: Summary, shift: Float[Tensor, " d"], reg_covar: float, covariance_type: str, dtype: torch.dtype
 ) -> MixtureParams:
     """M-step (paper §2.3) from accumulated statistics; mirrors sklearn's ``_m_step`` (nk + 10·eps)."""
     nk = summary.nk + 10 * torch.finfo(torch.float64).eps
@@ -205,7 +219,7 @@ def from_summaries(
     return MixtureParams(weights.to(dtype), means.to(dtype), cov.to(dtype), prec_chol.to(dtype))
 
 
-def floor_covariances(cov: Tensor, covariance_type: str, reg_covar: float) -> Tensor:
+def floor_covariances(cov: gaussian.Shaped, covariance_type: str, reg_covar: float) -> gaussian.Shaped:
     """Keep every variance at or above reg_covar, with a warning when one fell below reg_covar / 2 (round-off
     in float32 statistics of a collapsed component) or is not finite (then it falls back to reg_covar·I)."""
     if covariance_type in ("full", "tied"):

@@ -9,20 +9,19 @@ The function receives query (B, H, T, D), key and value (B, Hkv, S, D), the mask
 and returns (output (B, T, H, D), weights). Grouped-query attention repeats keys and values to the query heads
 as HF's ``repeat_kv`` does; calls outside a captured step go to HF's own sdpa function. How a captured call runs
 (explicit; HF's sdpa function plus a shadow recomputation of the observed sub-batch; or split, with attention
-dropout) is decided by :func:`implicit_em.probes.attention.observed_attention`; this adapter only translates
+dropout) is decided by :func:`implicit_em.probes.attention._observed_attention`; this adapter only translates
 HF's signature: its explicit path is :func:`_explicit`, its fused path HF's sdpa function. When the probe
 observes a sub-batch the weights returned are None, as HF's sdpa returns.
 """
-
-from __future__ import annotations
 
 import sys
 from typing import Any
 
 import torch
+from jaxtyping import Float
 from torch import Tensor, nn
 
-from implicit_em.probes.attention import active_observer, attend, observed_attention, repeat_kv
+from implicit_em.probes.attention import _active_observer, _observed_attention, attend, repeat_kv
 
 NAME = "implicit_em_probe"
 
@@ -36,19 +35,19 @@ def is_hf_model(model: nn.Module) -> bool:
 @torch.compiler.disable
 def probe_attention_forward(
     module: nn.Module,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
+    query: Float[Tensor, "b h t d"],
+    key: Float[Tensor, "b hkv s d"],
+    value: Float[Tensor, "b hkv s dv"],
     attention_mask: Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
     is_causal: bool | None = None,
     **kwargs: Any,
-) -> tuple[Tensor, Tensor | None]:
+) -> tuple[Float[Tensor, "b t h dv"], Float[Tensor, "b h t s"] | None]:
     """The ``AttentionInterface`` function: explicit attention at probed sites, HF's sdpa elsewhere."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    observer = active_observer()
+    observer = _active_observer()
     site = observer.site_of(module) if observer is not None else None
     if observer is None or not observer.capturing(site):
         return sdpa_attention_forward(
@@ -75,7 +74,7 @@ def probe_attention_forward(
         return output
 
     # (B, T, H, D), and the weights only when the whole call ran explicitly (HF's sdpa returns none either)
-    return observed_attention(query, key, value, attention_mask, dropout, explicit, fused)
+    return _observed_attention(query, key, value, attention_mask, dropout, explicit, fused)
 
 
 def _explicit(

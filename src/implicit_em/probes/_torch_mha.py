@@ -9,24 +9,23 @@ conventions. A module that bound the function at import time (``from torch.nn.fu
 scaled_dot_product_attention``) is out of reach; the probe warns when a probed forward captured nothing.
 
 How a captured call runs (explicit; the fused kernel plus a shadow recomputation of the observed sub-batch;
-or split, with attention dropout) is decided by :func:`implicit_em.probes.attention.observed_attention`; this
+or split, with attention dropout) is decided by :func:`implicit_em.probes.attention._observed_attention`; this
 adapter only translates sdpa's signature: its explicit path is
 :func:`implicit_em.probes.attention.attend` (keys and values repeated to the query heads under ``enable_gqa``),
 its fused path the function the patch replaced.
 """
 
-from __future__ import annotations
-
 import warnings
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from implicit_em.probes.attention import attend, observed_attention, repeat_kv
+from implicit_em.probes.attention import _observed_attention, attend, repeat_kv
 
 
+@runtime_checkable  # so that the test-time type checker can check it
 class SiteScope(Protocol):
     """What :func:`install` asks of the probe (``AttentionProbe`` implements it; this module never imports it)."""
 
@@ -53,7 +52,7 @@ def _probe_sdpa(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> Tensor:
-    """sdpa's signature, translated for :func:`implicit_em.probes.attention.observed_attention`.
+    """sdpa's signature, translated for :func:`implicit_em.probes.attention._observed_attention`.
 
     Explicitly the call is :func:`implicit_em.probes.attention.attend` (the probe observes it), with keys and
     values repeated to the query heads under ``enable_gqa``; fused, it is the function the patch replaced.
@@ -68,7 +67,7 @@ def _probe_sdpa(
         output: Tensor = _fused()(q, k, v, mask, p, is_causal, scale=scale, **gqa)
         return output
 
-    return observed_attention(query, key, value, attn_mask, dropout_p, explicit, fused)[0]
+    return _observed_attention(query, key, value, attn_mask, dropout_p, explicit, fused)[0]
 
 
 def _fused() -> Any:

@@ -15,6 +15,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+__all__ = [
+    "Curves",
+    "WindTunnelMetrics",
+    "entropy_bits",
+    "evaluate_predictions",
+    "kl_bits",
+    "predictive",
+]
+
 _LOG2 = math.log(2.0)
 
 

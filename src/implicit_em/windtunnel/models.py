@@ -17,6 +17,17 @@ from torch import Tensor, nn
 
 from implicit_em.probes import attention
 
+__all__ = [
+    "Block",
+    "CausalSelfAttention",
+    "CausalTransformer",
+    "LSTMModel",
+    "TokenMLP",
+    "count_parameters",
+    "matched_lstm",
+    "matched_mlp",
+]
+
 
 def _init_weights(module: nn.Module) -> None:
     """GPT-2 style: normal(0, 0.02) weights, zero biases."""

@@ -27,6 +27,20 @@ from torch import Tensor
 
 from implicit_em.windtunnel.metrics import evaluate_predictions
 
+__all__ = [
+    "Batch",
+    "BijectionTask",
+    "HMMFilteringTask",
+    "StickyMarkovTask",
+    "StickySequence",
+    "bijection_entropy_without_replacement",
+    "bijection_no_context_mae",
+    "bijection_posterior",
+    "hmm_forward_filter",
+    "round_stochastic_rows",
+    "sticky_transition_matrix",
+]
+
 
 class Batch(NamedTuple):
     """One batch of a wind-tunnel task.

@@ -23,14 +23,14 @@ from torch import Tensor
 
 from implicit_em import gaussian
 from implicit_em.gaussian import COVARIANCE_TYPES
-from implicit_em.mixture import _stats, distributed
+from implicit_em.mixture import _distributed, _stats
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._em import FitResult
 from implicit_em.mixture._fitting import CHUNK as _CHUNK
 from implicit_em.mixture._fitting import FITTERS, REGISTRY, FitSettings, Fitter, History
+from implicit_em.mixture._init import INIT_PARAMS, initial_assignment
+from implicit_em.mixture._split_merge import fit_split_merge
 from implicit_em.mixture._stats import MixtureParams
-from implicit_em.mixture.em import FitResult
-from implicit_em.mixture.init import INIT_PARAMS, initial_assignment
-from implicit_em.mixture.split_merge import fit_split_merge
 
 _INIT_SAMPLE = 200_000  # rows k-means sees when N is larger (or X is an iterable: one pass draws them)
 
@@ -62,7 +62,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     - learning_rate, optimizer ("adam" or "sgd"): for "gd" (the initial rate, halved on each plateau);
     - split_merge: after "em" or "online_em" converge, try up to this many split-and-merge moves (merge the two
       most overlapping components, split the least Gaussian one, rerun EM, keep it if the likelihood rises;
-      ``split_merge.py``). Default 4; 0 gives exactly sklearn's result (moves run only after convergence);
+      ``_split_merge.py``). Default 4; 0 gives exactly sklearn's result (moves run only after convergence);
     - device, dtype: where and in what precision to compute (default: X's device and float dtype).
 
     ``max_iter`` counts EM iterations, or epochs for "online_em" and "gd". X may be a numpy array, a torch
@@ -196,13 +196,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         settings = FitSettings.from_params(self.get_params(deep=False))
         fitter = REGISTRY[settings.fitter]
         data = self._source(X, reset=True)
-        group = distributed.active()
+        group = _distributed.active()
         if group and not fitter.distributed:
             raise NotImplementedError(
                 f'fitter="{self.fitter}" is not distributed (it steps per mini-batch); in a process group use '
                 'fitter="em", whose statistics are summed over all processes'
             )
-        n_total = distributed.total_count(data.n_samples, data.device) if data.n_samples is not None else None
+        n_total = _distributed.total_count(data.n_samples, data.device) if data.n_samples is not None else None
         if n_total is not None and n_total < self.n_components:
             raise ValueError(
                 f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {n_total}"
@@ -211,8 +211,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         do_init = not (self.warm_start and hasattr(self, "converged_"))
         shift, scale = self._shift_scale(data, rng) if do_init else (self._shift, self._scale)
         if group:  # rank 0's shift and scale everywhere: the statistics must share one coordinate system
-            shift = distributed.broadcast_tensor(shift)
-            scale = float(distributed.broadcast_tensor(torch.tensor(scale, dtype=torch.float64)))
+            shift = _distributed.broadcast_tensor(shift)
+            scale = float(_distributed.broadcast_tensor(torch.tensor(scale, dtype=torch.float64)))
         self._shift, self._scale = shift, scale
         if data.n_features is not None:
             self.n_features_in_ = data.n_features
@@ -221,8 +221,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         best_history: list[dict[str, Any]] = []
         for _ in range(self.n_init if do_init else 1):
             if do_init and group:  # rank 0 initialises from its sample; every process starts from that
-                params = distributed.broadcast_object(
-                    self._initial_params(data, rng, shift) if distributed.rank() == 0 else None
+                params = _distributed.broadcast_object(
+                    self._initial_params(data, rng, shift) if _distributed.rank() == 0 else None
                 )
             else:
                 params = self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
@@ -259,7 +259,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def _initial_params(self, data: DataSource, rng: np.random.RandomState, shift: Tensor) -> MixtureParams:
         """sklearn's ``_initialize``: an M-step from the initial responsibilities, then the user's overrides."""
-        k, d = self.n_components, int(data.n_features or 0)
+        k, d = int(self.n_components), int(data.n_features or 0)  # n_components may be a numpy integer
         need_resp = self.weights_init is None or self.means_init is None or self.precisions_init is None
         params: MixtureParams | None = None
         if need_resp:
@@ -323,7 +323,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         generator: torch.Generator,
         history: History,
     ) -> FitResult:
-        verbose = settings.verbose if distributed.rank() == 0 else 0
+        verbose = settings.verbose if _distributed.rank() == 0 else 0
         with history.progress(verbose, settings.max_iter, settings.fitter, fitter.unit):
             result, state = fitter.fit(
                 data, params, settings, shift=shift, scale=scale, generator=generator, callback=history.epoch

@@ -14,10 +14,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
+from implicit_em import gaussian
 from implicit_em.distances import gaussian_energies
-from implicit_em.mixture import distributed
+from implicit_em.mixture import _distributed
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._stats import (
     MixtureParams,
@@ -46,19 +48,24 @@ class FitResult(NamedTuple):
 
 
 def full_pass(
-    data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor, batch_size: int, sync: bool = True
+    data: DataSource,
+    params: MixtureParams,
+    covariance_type: str,
+    shift: Float[Tensor, " d"],
+    batch_size: int,
+    sync: bool = True,
 ) -> Summary:
     """One E-step over all the data: the summed statistics (float64) and the summed log-likelihood; in a
     process group (and unless ``sync=False``), summed over every process's shard
-    (:mod:`implicit_em.mixture.distributed`)."""
+    (:mod:`implicit_em.mixture._distributed`)."""
     a = score_matrix(params, covariance_type, shift).to(data.dtype)
     total: Summary | None = None
     for x in data.batches(batch_size):
         part, _ = summarize(x, a, shift)
         total = part if total is None else total + part
-    if sync and distributed.active():  # every process's statistics summed; a process without data adds zeros
+    if sync and _distributed.active():  # every process's statistics summed; a process without data adds zeros
         k, d = params.means.shape
-        total = distributed.all_reduce_summary(total or distributed.zero_summary(k, d, params.means.device))
+        total = _distributed.all_reduce_summary(total or _distributed.zero_summary(k, d, params.means.device))
     if total is None or float(total.n) == 0:
         raise ValueError("X has no samples")
     return total
@@ -72,7 +79,7 @@ def fit_em(
     reg_covar: float,
     tol: float,
     max_iter: int,
-    shift: Tensor,
+    shift: Float[Tensor, " d"],
     batch_size: int,
     lower_bound: float = -math.inf,
     callback: Callback | None = None,
@@ -99,8 +106,8 @@ def fit_em(
 
 
 def _estimate_gaussian_parameters(
-    x: Tensor, resp: Tensor, reg_covar: float, covariance_type: str
-) -> tuple[Tensor, Tensor, Tensor]:
+    x: Float[Tensor, "n d"], resp: Float[Tensor, "n k"], reg_covar: float, covariance_type: str
+) -> tuple[Float[Tensor, " k"], Float[Tensor, "k d"], gaussian.Shaped]:
     """Reference M-step: nk (K,), means (K, D), covariances (sklearn shapes) from data and responsibilities.
 
     .. math::  N_j = \\sum_i r_{ij},\\quad \\mu_j = \\frac{1}{N_j}\\sum_i r_{ij} x_i,\\quad
@@ -120,7 +127,9 @@ def _estimate_gaussian_parameters(
     return nk, means, diag if covariance_type == "diag" else diag.mean(1)
 
 
-def _estimate_log_gaussian_prob(x: Tensor, means: Tensor, prec_chol: Tensor, covariance_type: str) -> Tensor:
+def _estimate_log_gaussian_prob(
+    x: Float[Tensor, "n d"], means: Float[Tensor, "k d"], prec_chol: gaussian.Shaped, covariance_type: str
+) -> Float[Tensor, "n k"]:
     """Reference log N(x_i; μ_j, Σ_j), shape (N, K): the foundation's Gaussian energies, negated.
 
     Whitening W_j = U_jᵀ for sklearn's upper-triangular ``precisions_cholesky_`` U (full, tied); U itself for

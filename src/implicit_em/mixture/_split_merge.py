@@ -16,16 +16,17 @@ import math
 from typing import NamedTuple
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from implicit_em import gaussian
-from implicit_em.mixture import _stats, distributed
+from implicit_em.mixture import _distributed, _stats
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._em import Callback, FitResult, fit_em
 from implicit_em.mixture._stats import MixtureParams
-from implicit_em.mixture.em import Callback, FitResult, fit_em
 
 
-def _full_covariances(params: MixtureParams, covariance_type: str) -> Tensor:
+def _full_covariances(params: MixtureParams, covariance_type: str) -> Float[Tensor, "k d d"]:
     """(K, D, D) float64 covariances, a copy the moves can write into."""
     k, d = params.means.shape
     return gaussian.full_matrices(params.covariances.double(), covariance_type, k, d).clone()
@@ -43,13 +44,13 @@ def _as_type(full: Tensor, covariance_type: str, old: Tensor) -> Tensor:
 class Split(NamedTuple):
     """Two-component fit of the points one component owns: weights (2,), means (2, D), covariances."""
 
-    weights: Tensor
-    means: Tensor
-    covariances: Tensor
+    weights: Float[Tensor, " 2"]
+    means: Float[Tensor, "2 d"]
+    covariances: Float[Tensor, "2 d d"]
 
 
 def split_proposals(
-    x: Tensor, params: MixtureParams, covariance_type: str, shift: Tensor
+    x: Float[Tensor, "n d"], params: MixtureParams, covariance_type: str, shift: Float[Tensor, " d"]
 ) -> list[tuple[float, int, Split]]:
     """For every component, the gain in log-likelihood of its own points (hard assignment on the sample) from
     two Gaussians instead of one, with the two-component fit; best first. This is a direct form of SMEM's
@@ -67,7 +68,9 @@ def split_proposals(
     return sorted(out, key=lambda t: -t[0])
 
 
-def two_gaussians(x: Tensor, reg_covar: float = 1e-6, max_iter: int = 30, tol: float = 1e-3) -> tuple[float, Split]:
+def two_gaussians(
+    x: Float[Tensor, "n d"], reg_covar: float = 1e-6, max_iter: int = 30, tol: float = 1e-3
+) -> tuple[float, Split]:
     """EM for two full-covariance Gaussians on x (float64), started by splitting the one-Gaussian fit along its
     principal axis (means μ ± √λ₁ v₁, SMEM's split); returns (total log-likelihood gain over one Gaussian, fit).
 
@@ -103,7 +106,9 @@ def two_gaussians(x: Tensor, reg_covar: float = 1e-6, max_iter: int = 30, tol: f
     return float(n * (two - one)), Split(p.weights, p.means, p.covariances)
 
 
-def merge_pairs(x: Tensor, params: MixtureParams, covariance_type: str, shift: Tensor) -> list[tuple[int, int]]:
+def merge_pairs(
+    x: Float[Tensor, "n d"], params: MixtureParams, covariance_type: str, shift: Float[Tensor, " d"]
+) -> list[tuple[int, int]]:
     """Pairs (i, j), i < j, by decreasing overlap of their responsibilities on the sample."""
     a = _stats.score_matrix(params, covariance_type, shift)
     r = torch.softmax(_stats.weighted_log_prob(x.double(), a, shift), dim=1)  # (N, K)
@@ -115,7 +120,7 @@ def merge_pairs(x: Tensor, params: MixtureParams, covariance_type: str, shift: T
 
 
 def candidates(
-    x: Tensor, params: MixtureParams, covariance_type: str, shift: Tensor
+    x: Float[Tensor, "n d"], params: MixtureParams, covariance_type: str, shift: Float[Tensor, " d"]
 ) -> list[tuple[int, int, int, Split]]:
     """(i, j, k, split) moves, best first: merge i and j, split k (k ∉ {i, j}) as ``split`` proposes. The
     best few merges are paired with the best few splits, ordered by merge rank then split rank."""
@@ -147,14 +152,14 @@ def apply_move(params: MixtureParams, move: tuple[int, int, int, Split], covaria
 def fit_split_merge(
     data: DataSource,
     result: FitResult,
-    sample: Tensor,
+    sample: Float[Tensor, "n d"],
     *,
     n_trials: int,
     covariance_type: str,
     reg_covar: float,
     tol: float,
     max_iter: int,
-    shift: Tensor,
+    shift: Float[Tensor, " d"],
     batch_size: int,
     callback: Callback | None = None,
 ) -> tuple[FitResult, int]:
@@ -167,8 +172,8 @@ def fit_split_merge(
     while trials < n_trials and not best.interrupted:
         moved = False
         # rank 0 proposes from its sample and every process tries the same moves (EM itself is summed over all)
-        moves = candidates(sample, best.params, covariance_type, shift) if distributed.rank() == 0 else None
-        for move in distributed.broadcast_object(moves):
+        moves = candidates(sample, best.params, covariance_type, shift) if _distributed.rank() == 0 else None
+        for move in _distributed.broadcast_object(moves):
             if trials >= n_trials:
                 break
             trials += 1

@@ -15,9 +15,11 @@ import time
 from typing import NamedTuple
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._em import Callback, FitResult, fit_em
 from implicit_em.mixture._stats import (
     MixtureParams,
     Summary,
@@ -26,7 +28,6 @@ from implicit_em.mixture._stats import (
     score_matrix,
     summarize,
 )
-from implicit_em.mixture.em import Callback, FitResult, fit_em
 
 
 class OnlineState(NamedTuple):
@@ -36,23 +37,23 @@ class OnlineState(NamedTuple):
     step: int
 
 
-def init_state(params: MixtureParams, covariance_type: str, shift: Tensor) -> OnlineState:
+def init_state(params: MixtureParams, covariance_type: str, shift: Float[Tensor, " d"]) -> OnlineState:
     """s_0 from the current parameters, t = 0."""
     return OnlineState(expected_summary(params, covariance_type, shift), 0)
 
 
 def online_step(
     state: OnlineState,
-    x: Tensor,
+    x: Float[Tensor, "b d"],
     params: MixtureParams,
     *,
     covariance_type: str,
     reg_covar: float,
-    shift: Tensor,
+    shift: Float[Tensor, " d"],
     compute_dtype: torch.dtype,
     step_offset: float = 2.0,
     step_power: float = 0.5,
-) -> tuple[OnlineState, MixtureParams, Tensor]:
+) -> tuple[OnlineState, MixtureParams, Float[Tensor, " b"]]:
     """One stochastic EM step on batch x: returns the new state, the new parameters and log p(x_i) (B,)."""
     a = score_matrix(params, covariance_type, shift).to(compute_dtype)
     batch, log_norm = summarize(x, a, shift)
@@ -71,7 +72,7 @@ def fit_online_em(
     reg_covar: float,
     tol: float,
     max_iter: int,
-    shift: Tensor,
+    shift: Float[Tensor, " d"],
     batch_size: int,
     generator: torch.Generator,
     state: OnlineState | None = None,

@@ -23,18 +23,19 @@ import time
 from typing import NamedTuple
 
 import torch
+from jaxtyping import Float
 from torch import Tensor, nn
 
 from implicit_em.distances import GaussianComponents
 from implicit_em.gaussian import covariances_from_precisions_cholesky, full_precisions
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._em import Callback, FitResult
 from implicit_em.mixture._stats import (
     MixtureParams,
     log_normalize,
     quadratic_features_t,
     quadratic_score_matrix,
 )
-from implicit_em.mixture.em import Callback, FitResult
 from implicit_em.objectives import mixture_nll
 
 OPTIMIZERS = ("adam", "sgd")
@@ -52,7 +53,7 @@ class GDState(NamedTuple):
 def make_state(
     params: MixtureParams,
     covariance_type: str,
-    shift: Tensor,
+    shift: Float[Tensor, " d"],
     scale: float,
     learning_rate: float,
     optimizer: str,
@@ -73,7 +74,7 @@ def make_state(
     return GDState(components, logits, opt)
 
 
-def batch_loss(state: GDState, x_std: Tensor, volume: bool) -> Tensor:
+def batch_loss(state: GDState, x_std: Float[Tensor, "b d"], volume: bool) -> Float[Tensor, ""]:
     """Mean mixture NLL of a standardised batch (the distance-only objective when volume=False), by autograd
     through :class:`GaussianComponents` and :func:`mixture_nll`: the reference for :func:`accumulate_gradient`."""
     out = state.components(x_std)
@@ -81,7 +82,7 @@ def batch_loss(state: GDState, x_std: Tensor, volume: bool) -> Tensor:
     return mixture_nll(d, torch.log_softmax(state.logits, dim=0)).mean()
 
 
-def log_joint_matrix(state: GDState, volume: bool) -> Tensor:
+def log_joint_matrix(state: GDState, volume: bool) -> Float[Tensor, "p k"]:
     """A (P, K), differentiable in the parameters, with φ(x_std)ᵀ A_{:,j} = log π_j − e_j(x_std) (volume=True)
     or log π_j − ½‖z_j‖² (volume=False): the model's energies on the quadratic features of ``_stats``."""
     c = state.components
@@ -92,7 +93,7 @@ def log_joint_matrix(state: GDState, volume: bool) -> Tensor:
     return quadratic_score_matrix(lam, c.means, offsets)
 
 
-def accumulate_gradient(state: GDState, x_std: Tensor, volume: bool) -> Tensor:
+def accumulate_gradient(state: GDState, x_std: Float[Tensor, "b d"], volume: bool) -> Float[Tensor, " b"]:
     r"""Backpropagate the mean mixture NLL of a standardised batch into the parameters; returns log p per row.
 
     This is the paper's law used as the algorithm: ∂L⁻/∂(log π_j − e_j) = −r_j, so the gradient with respect
@@ -109,7 +110,7 @@ def accumulate_gradient(state: GDState, x_std: Tensor, volume: bool) -> Tensor:
     return log_norm
 
 
-def gd_step(state: GDState, x: Tensor, shift: Tensor, scale: float, volume: bool) -> float:
+def gd_step(state: GDState, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"], scale: float, volume: bool) -> float:
     """One optimiser step on batch x (original coordinates); returns the batch's mean objective per sample in
     original coordinates (log-likelihood when volume=True)."""
     x_std = (x - shift.to(x.dtype)) / scale
@@ -122,7 +123,7 @@ def gd_step(state: GDState, x: Tensor, shift: Tensor, scale: float, volume: bool
 
 
 @torch.no_grad()
-def state_params(state: GDState, covariance_type: str, shift: Tensor, scale: float) -> MixtureParams:
+def state_params(state: GDState, covariance_type: str, shift: Float[Tensor, " d"], scale: float) -> MixtureParams:
     """sklearn-shaped parameters in original coordinates."""
     c = state.components
     means = c.means.detach() * scale + shift.to(c.means.dtype)
@@ -139,7 +140,7 @@ def fit_gd(
     covariance_type: str,
     tol: float,
     max_iter: int,
-    shift: Tensor,
+    shift: Float[Tensor, " d"],
     scale: float,
     batch_size: int,
     generator: torch.Generator,

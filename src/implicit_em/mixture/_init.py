@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from jaxtyping import Float, Int
 from sklearn.cluster import KMeans, kmeans_plusplus
 from torch import Tensor
 
@@ -23,10 +24,10 @@ INIT_PARAMS = ("kmeans", "k-means++", "random", "random_from_data")
 class Assignment(NamedTuple):
     """Initial responsibilities: ``labels`` (N,) int64 with -1 meaning "no component", or ``dense`` (N, K)."""
 
-    labels: Tensor | None
-    dense: Tensor | None
+    labels: Int[Tensor, " n"] | None
+    dense: Float[Tensor, "n k"] | None
 
-    def rows(self, start: int, stop: int, n_components: int, dtype: torch.dtype) -> Tensor:
+    def rows(self, start: int, stop: int, n_components: int, dtype: torch.dtype) -> Float[Tensor, "b k"]:
         """Responsibilities of rows start:stop as a dense (B, K) tensor."""
         if self.dense is not None:
             return self.dense[start:stop].to(dtype)
@@ -38,7 +39,9 @@ class Assignment(NamedTuple):
         return out
 
 
-def initial_assignment(x: Tensor, n_components: int, init_params: str, rng: np.random.RandomState) -> Assignment:
+def initial_assignment(
+    x: Float[Tensor, "n d"], n_components: int, init_params: str, rng: np.random.RandomState
+) -> Assignment:
     """Responsibilities to start EM from, drawn from ``rng`` exactly as scikit-learn draws them."""
     n = x.shape[0]
     if init_params == "kmeans":

@@ -14,6 +14,7 @@ every step; they raise ``NotImplementedError`` in a process group (fit them per 
 from typing import Any
 
 import torch
+from jaxtyping import Shaped
 from torch import Tensor
 
 from implicit_em.mixture._stats import MixtureParams, Summary
@@ -59,7 +60,7 @@ def zero_summary(n_components: int, n_features: int, device: torch.device) -> Su
     )
 
 
-def broadcast_tensor(t: Tensor, src: int = 0) -> Tensor:
+def broadcast_tensor(t: Shaped[Tensor, "*shape"], src: int = 0) -> Shaped[Tensor, "*shape"]:
     """Rank ``src``'s tensor on every process (same shape and dtype expected everywhere)."""
     if not active():
         return t

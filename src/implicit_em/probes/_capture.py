@@ -16,12 +16,10 @@ output gradient arrives, so the extra forward of activation checkpointing leaves
 
 Summary mode observes a sub-batch (``summary_batch``, the first sequence by default): the adapters let the
 model's own fused kernel compute the call and recompute only those sequences explicitly beside it
-(:func:`implicit_em.probes.attention.observed_attention` decides, for both adapters; with attention dropout the
+(:func:`implicit_em.probes.attention._observed_attention` decides, for both adapters; with attention dropout the
 call is split instead), so a captured step costs little more than an unprobed one and its results are the
 model's. Imports go one way: this module uses the adapters, the adapters use only ``probes/attention.py``.
 """
-
-from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +31,8 @@ from torch import Tensor, nn
 
 from implicit_em.laws import value_law
 from implicit_em.probes import _hf, _torch_mha
-from implicit_em.probes.attention import active_observer, set_observer
-from implicit_em.probes.laws import hopfield_residual, per_head_max, per_head_norm, routing_law_residual
+from implicit_em.probes._laws import hopfield_residual, per_head_max, per_head_norm, routing_law_residual
+from implicit_em.probes.attention import _active_observer, _set_observer
 
 Mode = Literal["full", "summary"]
 
@@ -207,8 +205,8 @@ class AttentionProbe:
         raise ValueError(f"unknown layer {layer!r}; sites are {[n for n, _ in all_sites.values()]}")
 
     # ---- context -------------------------------------------------------------------------------------
-    def __enter__(self) -> AttentionProbe:
-        if active_observer() is not None:
+    def __enter__(self) -> "AttentionProbe":
+        if _active_observer() is not None:
             raise RuntimeError("another AttentionProbe is already active; probes do not nest")
         self._committed.clear()
         self._pending.clear()
@@ -221,7 +219,7 @@ class AttentionProbe:
                 else:
                     for site, module in self._modules.items():
                         self._handles.extend(_torch_mha.install(self, module, site))
-            set_observer(self)
+            _set_observer(self)
             self._active = True
         except BaseException:
             self._teardown()
@@ -234,8 +232,8 @@ class AttentionProbe:
         self._teardown()
 
     def _teardown(self) -> None:
-        if active_observer() is self:
-            set_observer(None)
+        if _active_observer() is self:
+            _set_observer(None)
         self._active = False
         for handle in self._handles:
             handle.remove()

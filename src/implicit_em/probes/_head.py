@@ -13,12 +13,11 @@ With logits :math:`z = -d` the gradient at :math:`z` is :math:`-\partial/\partia
 mean over N rows scales every gradient by 1/N; ``reduction`` undoes it.
 """
 
-from __future__ import annotations
-
 from types import TracebackType
 from typing import Any, Literal
 
 import torch
+from jaxtyping import Float
 from torch import Tensor, nn
 
 from implicit_em.objectives import responsibilities
@@ -74,7 +73,7 @@ class HeadProbe:
         self.grad: Tensor | None = None  # its gradient, (..., K)
         self._handles: list[Any] = []
 
-    def __enter__(self) -> HeadProbe:
+    def __enter__(self) -> "HeadProbe":
         if self.module is not None:
             self._handles.append(self.module.register_forward_hook(self._on_output))
         return self
@@ -89,7 +88,7 @@ class HeadProbe:
     def _on_output(self, module: nn.Module, args: Any, output: Tensor) -> None:
         self(output)
 
-    def __call__(self, tensor: Tensor) -> Tensor:
+    def __call__(self, tensor: Float[Tensor, "*batch k"]) -> Float[Tensor, "*batch k"]:
         """Watch ``tensor`` (its value now, its gradient at backward); returns ``tensor`` unchanged."""
         if tensor.dim() < 1:
             raise ValueError(f"the watched tensor needs a component dim, got shape {tuple(tensor.shape)}")
@@ -102,13 +101,13 @@ class HeadProbe:
     def _on_grad(self, grad: Tensor) -> None:
         self.grad = grad.detach().clone()
 
-    def distances(self) -> Tensor:
+    def distances(self) -> Float[Tensor, "*batch k"]:
         """The watched tensor as distances d (logits are negated)."""
         if self.value is None:
             raise RuntimeError("nothing watched yet: call probe(tensor) or run the module inside the probe")
         return self.value if self.kind == "distances" else -self.value
 
-    def responsibilities(self, target: Tensor | None = None) -> Tensor:
+    def responsibilities(self, target: Tensor | None = None) -> Float[Tensor, "*batch k"]:
         """Responsibilities recovered from the gradient, shape of the watched tensor.
 
         Args:
@@ -127,7 +126,7 @@ class HeadProbe:
             return -grad_d
         return _soft_target(target, d) - grad_d
 
-    def expected(self) -> Tensor:
+    def expected(self) -> Float[Tensor, "*batch k"]:
         r"""The responsibilities from the forward pass, :math:`\mathrm{softmax}(\log\pi - d)`."""
         log_weights = self.log_weights if self.regime == "unsupervised" else None
         return responsibilities(self.distances(), log_weights)

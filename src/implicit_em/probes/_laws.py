@@ -8,15 +8,14 @@ Shapes: weights and scores (B, H, T, S); value (B, H, S, Dv); upstream (B, H, T,
 key (B, H, S, E).
 """
 
-from __future__ import annotations
-
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from implicit_em.laws import hopfield_law
 
 
-def per_head_max(x: Tensor) -> Tensor:
+def per_head_max(x: Float[Tensor, "b h *rest"]) -> Float[Tensor, " h"]:
     """Max |x| per head of a (B, H, ...) tensor, shape (H,).
 
     ``abs().amax()`` rather than ``vector_norm(ord=inf)``: the same value (NaN propagates too), about 15 times
@@ -25,15 +24,19 @@ def per_head_max(x: Tensor) -> Tensor:
     return x.abs().amax(dim=(0, *range(2, x.dim())))
 
 
-def per_head_norm(x: Tensor) -> Tensor:
+def per_head_norm(x: Float[Tensor, "b h *rest"]) -> Float[Tensor, " h"]:
     """Euclidean norm per head of a (B, H, ...) tensor, shape (H,) (a square-sum reduction; ``vector_norm`` over
     dims (0, 2, ...) takes a slow strided path on CPU)."""
     return x.square().sum(dim=(0, *range(2, x.dim()))).sqrt()
 
 
 def routing_law_residual(
-    grad_scores: Tensor, weights: Tensor, value: Tensor, upstream: Tensor, keep: Tensor | None = None
-) -> Tensor:
+    grad_scores: Float[Tensor, "b h t s"],
+    weights: Float[Tensor, "b h t s"],
+    value: Float[Tensor, "b h s dv"],
+    upstream: Float[Tensor, "b h t dv"],
+    keep: Float[Tensor, "b h t s"] | None = None,
+) -> Float[Tensor, " h"]:
     """Max |dl/ds − routing law| per head, shape (H,); the cheap form used in summary mode (one T x S buffer).
 
     The same numbers as ``per_head_max(grad_scores - implicit_em.laws.routing_law(weights, value, upstream, keep))``
@@ -47,7 +50,9 @@ def routing_law_residual(
     return per_head_max(b)
 
 
-def hopfield_residual(query: Tensor, key: Tensor, scores: Tensor, scale: float) -> Tensor:
+def hopfield_residual(
+    query: Float[Tensor, "b h t e"], key: Float[Tensor, "b h s e"], scores: Float[Tensor, "b h t s"], scale: float
+) -> Float[Tensor, " h"]:
     r"""Max |read-out − ∇_q E| per head, the forward-pass (Hopfield) identity.
 
     .. math::  E(q_i) = \log \sum_j \exp(\text{scale}\; q_i \cdot k_j + c_{ij}), \qquad
