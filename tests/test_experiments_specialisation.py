@@ -1,0 +1,139 @@
+"""The specialisation experiment: its starts, the controls of its measures, its counting and its verdict rule."""
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from implicit_em.experiments import EXPERIMENTS
+from implicit_em.experiments._base import Context
+from implicit_em.experiments.specialisation import (
+    EXPERIMENT,
+    Config,
+    K,
+    Run,
+    Start,
+    _data,
+    _failures,
+    _rates,
+    data_start,
+    decide,
+    degenerate_start,
+    fit_gaussian,
+    fit_prototypes,
+    run,
+)
+from implicit_em.mixture import GaussianMixture
+
+CENTRES = 6 * np.stack([np.cos(2 * np.pi * np.arange(K) / K), np.sin(2 * np.pi * np.arange(K) / K)], 1)
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    return _data(2000, np.random.RandomState(0))  # the quick size's data
+
+
+def test_is_registered() -> None:
+    assert EXPERIMENT in EXPERIMENTS
+
+
+def test_the_data_start_has_the_data_covariance_and_equal_weights(data: tuple[np.ndarray, np.ndarray]) -> None:
+    x, _ = data
+    init = data_start(x, 3).gaussian_init()
+    assert init["precisions_init"].shape == (K, 2, 2)
+    for precision in init["precisions_init"]:
+        np.testing.assert_allclose(np.linalg.inv(precision), np.cov(x.T, bias=True), rtol=1e-10)
+    np.testing.assert_allclose(init["weights_init"], 1.0 / K)
+    assert len({tuple(m) for m in init["means_init"]}) == K and all(m in x for m in init["means_init"])
+
+
+def test_the_degenerate_start_is_exactly_random_from_data(data: tuple[np.ndarray, np.ndarray]) -> None:
+    """One EM step from init_params="random_from_data" and from degenerate_start(x, seed) land on the same
+    parameters: the side result really is the previous version's start (covariance 1e-6·I)."""
+    x, _ = data
+    kw = {"fitter": "em", "max_iter": 1, "split_merge": 0, "random_state": 11}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = GaussianMixture(K, init_params="random_from_data", **kw).fit(x)  # type: ignore[arg-type]
+        b = GaussianMixture(K, **degenerate_start(x, 11).gaussian_init(), **kw).fit(x)  # type: ignore[arg-type]
+    np.testing.assert_allclose(a.means_, b.means_, atol=1e-10)
+    np.testing.assert_allclose(a.covariances_, b.covariances_, atol=1e-10)
+    np.testing.assert_allclose(a.weights_, b.weights_, atol=1e-12)
+    np.testing.assert_allclose(degenerate_start(x, 11).means, data_start(x, 11).means)
+
+
+def test_a_start_at_the_true_centres_is_specialised_and_stays_so(data: tuple[np.ndarray, np.ndarray]) -> None:
+    """Positive control: the start's own partition at the true centres scores the Bayes ARI, training keeps it, and
+    the counting leaves such a start out (nothing emerges from it)."""
+    x, truth = data
+    start = Start(CENTRES.copy(), np.eye(2))
+    assert adjusted_rand_score(truth, start.labels(x)) > 0.99
+    proto = fit_prototypes(x, truth, start, 0, 5)
+    gd, _ = fit_gaussian(x, truth, start, "gd", 0, 20)
+    for r in (proto, gd):
+        assert r.ari0 > 0.99 and r.ari > 0.99 and r.max_share < 0.3
+    assert np.isnan(_rates([proto, gd], Config())["specialised"])
+
+
+def test_the_take_over_measure_fires_on_the_degenerate_start_only(data: tuple[np.ndarray, np.ndarray]) -> None:
+    """Negative control of the collapse measure: gd from covariance 1e-6·I lets one component take half the data
+    (the previous version's failure); from the data covariance, the same means, it does not."""
+    x, truth = data
+    for seed in range(4):
+        collapsed, _ = fit_gaussian(x, truth, degenerate_start(x, seed), "gd", seed, 60)
+        healthy, _ = fit_gaussian(x, truth, data_start(x, seed), "gd", seed, 300)
+        assert collapsed.max_share >= 0.5 > healthy.max_share
+        assert healthy.usage[0] == [1.0 / K] * K and len(healthy.usage) > 1
+
+
+def _run(ari0: float, ari: float, final: list[float]) -> Run:
+    return Run(ari0, ari, [[1.0 / K] * K, final])
+
+
+def test_rates_count_unspecialised_starts_and_classify_failures() -> None:
+    runs = [
+        _run(0.95, 1.0, [0.2] * 5),  # already specialised at the start: left out
+        _run(0.6, 0.99, [0.3, 0.3, 0.2, 0.1, 0.1]),  # emerged
+        _run(0.6, 0.7, [0.4, 0.2, 0.2, 0.1, 0.1]),  # a two-cluster merge: differentiated, not specialised
+        _run(0.6, 0.0, [0.9, 0.05, 0.03, 0.01, 0.01]),  # take-over
+        _run(0.6, 0.75, [0.4, 0.3, 0.2, 0.09, 0.01]),  # a starved component
+        Run(0.6, 0.99, [[0.2] * 5, [0.6, 0.1, 0.1, 0.1, 0.1], [0.2] * 5]),  # a passing take-over, then emerged
+    ]
+    rates = _rates(runs, Config())
+    assert rates["specialised"] == pytest.approx(0.4)
+    assert rates["differentiated"] == pytest.approx(0.4)  # the passing take-over counts against it
+    assert rates["collapsed"] == pytest.approx(0.4)
+    assert rates["ARI >= threshold, all starts (previous rule)"] == 0.5  # the previous rule counted the first one
+    assert _failures(runs, Config()) == [1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("prototypes", "gd", "verdict"),
+    [
+        ((True, True), (True, True), "SUPPORTED"),
+        ((True, True), (False, True), "PARTIAL"),
+        ((True, True), (False, False), "PARTIAL"),
+        ((False, True), (False, True), "PARTIAL"),
+        ((False, False), (False, True), "PARTIAL"),
+        ((False, False), (False, False), "REFUTED"),
+    ],
+)
+def test_decide(prototypes: tuple[bool, bool], gd: tuple[bool, bool], verdict: str) -> None:
+    assert decide({"prototypes": prototypes, "gd": gd}) == verdict
+
+
+def test_a_small_run_reports_what_its_verdict_rests_on(tmp_path: Path) -> None:
+    cfg = Config(n=1000, n_seeds=4, prototype_epochs=20, max_iter=100, degenerate_max_iter=20)
+    res = run(cfg, Context(tmp_path))
+    m = res.metrics
+    assert [c.threshold for c in res.criteria] == [0.8, 0.8, 0.8, 0.8]
+    passed = [c.passed for c in res.criteria]
+    assert res.verdict == decide({"prototypes": (passed[0], passed[1]), "gd": (passed[2], passed[3])})
+    ari0, ari = np.array(m["ARI at the start per seed, gd"]), np.array(m["ARI at the end per seed, gd"])
+    fresh = ari0 < 0.9
+    assert res.criteria[2].measured == pytest.approx(np.mean(ari[fresh] >= 0.9))
+    assert sum(m["gd vs em over unspecialised starts: both, gd only, em only, neither"]) == fresh.sum()
+    assert len(m["ARI at the end per seed, gd, degenerate start"]) == 4
+    assert all((tmp_path / f).stat().st_size > 1000 for f in res.figures)
