@@ -23,7 +23,9 @@ optimiser and steps), each over ``n_seeds`` training seeds:
     network nor in the loss (reported next to the verdict, not part of it);
 (e) ``token_mlp``: the parameter-matched token MLP, which sees each token alone (no context). Its best possible
     predictor is the uniform one, so its number is the no-context floor *by construction*; it is the negative
-    control that shows the tracking bar cannot be passed without context.
+    control that shows the tracking bar cannot be passed without context. It runs on the first
+    ``token_mlp_seeds`` (1) training seeds only: a step costs two thirds of a transformer step, for a number
+    fixed in advance.
 
 For each: per-sample entropy MAE and KL(Bayes || model) against the exact posterior (bits), their mean and range
 over the training seeds, and per-position mean entropy curves; next to them the exact no-context floor (the
@@ -116,6 +118,7 @@ class Config:
     warmup_steps: int = 50
     eval_size: int = 512
     n_seeds: int = 1  # training seeds seed, seed + 1, ...
+    token_mlp_seeds: int = 1  # the no-context control is the floor by construction: its first seed(s) only
     device: str = "cpu"
     threads: int | None = 1  # 2 threads on 2 shared cores spin-wait: 57x slower under load (measured)
     n_hessian_rows: int = 16  # rows on which the cross-class Hessian is computed exactly
@@ -139,13 +142,17 @@ class Config:
     @classmethod
     def full(cls) -> "Config":
         """V = 20 (the companion paper's setting) with the wind tunnel's quick architecture (2 layers, 4 heads,
-        d_model 64), three training seeds, 2,500 steps, inside 10 minutes on a 2-core CPU.
+        d_model 64), three training seeds, 2,000 steps at lr 3e-3, inside 10 minutes on a 2-core CPU.
 
-        Before issue 10 the full size ran 8,000 steps over two seeds with three models (1205 s); five models over
-        three seeds at 8,000 steps would take about 55 minutes, so the steps are cut to fit the budget.
+        Budget (measured on one thread): a transformer step takes 28 ms, a prefix-MLP step 3 ms, a token-MLP step
+        19 ms, so four models over three seeds plus the token MLP once cost about 0.21 s per step. Before issue 10
+        the full size ran 8,000 steps at lr 1e-3 over two seeds with three models (1205 s); here the steps are cut
+        to 2,000 to fit 10 minutes, and the learning rate is the quick size's 3e-3, chosen on the softmax
+        transformer alone (seed 0, 2,000 steps: MAE 0.073 bits at lr 1e-3, 0.041 at 3e-3, bar 0.111) so that the
+        reference model learns within the budget; the sigmoid and MLP runs were not looked at in choosing it.
         """
         return cls(
-            n_symbols=20, n_layers=2, n_heads=4, d_model=64, d_ff=256, steps=2500, lr=1e-3, warmup_steps=200,
+            n_symbols=20, n_layers=2, n_heads=4, d_model=64, d_ff=256, steps=2000, lr=3e-3, warmup_steps=200,
             eval_size=2048, n_seeds=3, device="auto",
         )  # fmt: skip
 
@@ -246,7 +253,8 @@ def _decide(cfg: Config, m: dict[str, Any]) -> tuple[Verdict, str]:
             f"Independent sigmoids at the output (no partition function over the classes, so no output "
             f"responsibilities; the softmax attention inside the transformer remains) track the exact posterior "
             f"as well as softmax CE does: sigmoid/softmax {m['sigmoid_over_softmax_mae']:.2f}x in entropy MAE and "
-            f"{m['sigmoid_over_softmax_kl']:.2f}x in KL (bar {cfg.ratio_tol:g}x); {numbers}."
+            f"{m['sigmoid_over_softmax_kl']:.2f}x in KL (bar {cfg.ratio_tol:g}x). With no softmax anywhere (prefix "
+            f"MLP, sigmoid BCE) the tracking bar is {_passes(cfg, m, 'prefix_mlp_sigmoid')}; {numbers}."
         )
     if sm_ok and not sg_ok:
         return "SUPPORTED", f"Softmax CE tracks the posterior and independent output sigmoids do not; {numbers}."
@@ -259,14 +267,20 @@ def _decide(cfg: Config, m: dict[str, Any]) -> tuple[Verdict, str]:
     return "PARTIAL", f"Neither transformer tracks the posterior at this size: too small to decide; {numbers}."
 
 
+def _passes(cfg: Config, m: dict[str, Any], name: str) -> str:
+    """Whether model ``name`` meets the tracking bar (MAE and KL), in words."""
+    ok = m[f"{name}_mae"] <= _bar(cfg, m) and m[f"{name}_kl"] <= _bar(cfg, m)
+    return "met" if ok else "not met"
+
+
 def _numbers(m: dict[str, Any]) -> str:
     """Every model's entropy MAE / KL next to the no-context floor, in bits, seed means."""
-    seeds = len(m["seeds"])
+    seeds, control = len(m["seeds"]), len(m["token_mlp_mae_per_seed"])
     parts = [f"{LABELS[name]} {m[f'{name}_mae']:.4f} / {m[f'{name}_kl']:.4f}" for name, _, _ in RUNS]
     return (
         f"entropy MAE / KL in bits (mean of {seeds} seed{'s' if seeds > 1 else ''}), no-context floor "
-        f"{m['floor_mae']:.4f} for both: " + ", ".join(parts) + " (the token MLP sees no context: the floor by "
-        "construction)"
+        f"{m['floor_mae']:.4f} for both: " + ", ".join(parts) + f" (the token MLP sees no context, so it is the "
+        f"floor by construction; {control} seed{'s' if control > 1 else ''})"
     )
 
 
@@ -351,8 +365,10 @@ def run(cfg: Config, ctx: Context) -> Result:
     n_params: dict[str, int] = {}
     run_seconds: dict[str, float] = {name: 0.0 for name, _, _ in RUNS}
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in seeds:
+        for i, seed in enumerate(seeds):
             for name, model_kind, loss in RUNS:
+                if name == "token_mlp" and i >= cfg.token_mlp_seeds:
+                    continue
                 t0 = time.perf_counter()
                 wcfg = _windtunnel_config(cfg, model_kind, loss, seed)
                 result, trained, initial = _train_and_load(wcfg, Path(tmp) / f"{name}-{seed}")
