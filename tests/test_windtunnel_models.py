@@ -4,15 +4,18 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from implicit_em.windtunnel.metrics import entropy_bits, evaluate_predictions, kl_bits, predictive
 from implicit_em.windtunnel.models import (
     CausalSelfAttention,
     CausalTransformer,
+    PrefixMLP,
     TokenMLP,
     count_parameters,
     matched_lstm,
     matched_mlp,
+    matched_prefix_mlp,
 )
 
 
@@ -61,6 +64,35 @@ def test_mlp_ignores_context() -> None:
     torch.testing.assert_close(mlp(x)[:, 10:], mlp(y)[:, 10:])
 
 
+def test_prefix_mlp_is_a_linear_layer_on_the_flattened_zero_padded_one_hot_prefix() -> None:
+    """Two paths, one answer: the per-slot embedding + cumsum equals Linear(onehot prefix, zero-padded)."""
+    torch.manual_seed(0)
+    vocab, t_max, hidden = 7, 6, 5
+    mlp = PrefixMLP(vocab, 4, t_max, hidden).double()
+    nn.init.normal_(mlp.bias)  # nonzero, so the test sees it
+    tokens = torch.randint(0, vocab, (3, t_max))
+    onehot = nn.functional.one_hot(tokens, vocab).double()  # (B, T, V)
+    mask = torch.ones(t_max, t_max).tril().double()  # (T, T): slot u is visible at position t iff u <= t
+    flat = (mask[None, :, :, None] * onehot[:, None, :, :]).reshape(3, t_max, t_max * vocab)  # (B, T, T·V)
+    weight = mlp.slot.weight  # (T·V, hidden): row u·V + s reads slot u holding token s
+    expected = mlp.net(flat @ weight + mlp.bias)
+    torch.testing.assert_close(mlp(tokens), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_prefix_mlp_is_causal_and_sees_the_context_the_token_mlp_does_not() -> None:
+    torch.manual_seed(0)
+    mlp = PrefixMLP(40, 20, 38).double()
+    x = torch.randint(0, 40, (2, 38))
+    y = x.clone()
+    y[:, :10] = (y[:, :10] + 3) % 40  # change the first ten tokens only
+    assert not torch.allclose(mlp(x)[:, 10:], mlp(y)[:, 10:])  # later positions see the change (TokenMLP: equal)
+    z = x.clone()
+    z[:, 20:] = (z[:, 20:] + 7) % 40  # change only the future of position 19
+    torch.testing.assert_close(mlp(x)[:, :20], mlp(z)[:, :20], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="max_len"):
+        mlp(torch.zeros(1, 39, dtype=torch.int64))
+
+
 @pytest.mark.parametrize(("d_model", "n_layers"), [(64, 2), (32, 1), (192, 6)])
 def test_mlp_and_lstm_parameter_counts_within_ten_percent(d_model: int, n_layers: int) -> None:
     ref = count_parameters(
@@ -68,8 +100,10 @@ def test_mlp_and_lstm_parameter_counts_within_ten_percent(d_model: int, n_layers
     )
     mlp = matched_mlp(ref, 40, 20, 38, d_model)
     lstm = matched_lstm(ref, 40, 20, d_model)
+    prefix = matched_prefix_mlp(ref, 40, 20, 38)
     assert abs(count_parameters(mlp) - ref) / ref < 0.10
     assert abs(count_parameters(lstm) - ref) / ref < 0.10
+    assert abs(count_parameters(prefix) - ref) / ref < 0.10
 
 
 def test_lstm_logits_shape() -> None:

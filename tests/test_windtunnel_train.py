@@ -120,7 +120,7 @@ def test_run_directory_holds_config_metrics_and_png(tmp_path: Path) -> None:
     assert metrics["loadavg_start"] and metrics["versions"]["torch"] == torch.__version__
 
 
-@pytest.mark.parametrize("model", ["mlp", "lstm"])
+@pytest.mark.parametrize("model", ["mlp", "prefix_mlp", "lstm"])
 def test_matched_models_train_and_report_reference_size(model: str, tmp_path: Path) -> None:
     result = train(WindTunnelConfig.tiny(model=model), tmp_path, progress=False)
     ref = result.extra["reference_transformer_params"]

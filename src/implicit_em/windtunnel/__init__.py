@@ -14,10 +14,12 @@ from implicit_em.windtunnel.metrics import (
 from implicit_em.windtunnel.models import (
     CausalTransformer,
     LSTMModel,
+    PrefixMLP,
     TokenMLP,
     count_parameters,
     matched_lstm,
     matched_mlp,
+    matched_prefix_mlp,
 )
 from implicit_em.windtunnel.tasks import (
     Batch,
@@ -38,6 +40,7 @@ __all__ = [
     "CausalTransformer",
     "HMMFilteringTask",
     "LSTMModel",
+    "PrefixMLP",
     "StickyMarkovTask",
     "TokenMLP",
     "TrainResult",
@@ -54,6 +57,7 @@ __all__ = [
     "kl_bits",
     "matched_lstm",
     "matched_mlp",
+    "matched_prefix_mlp",
     "predictive",
     "sticky_transition_matrix",
     "train",

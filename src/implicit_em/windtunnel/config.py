@@ -11,7 +11,7 @@ from typing import Any
 __all__ = ["LOSSES", "MODELS", "TASKS", "WindTunnelConfig"]
 
 TASKS = ("bijection", "hmm")
-MODELS = ("transformer", "mlp", "lstm")
+MODELS = ("transformer", "mlp", "prefix_mlp", "lstm")
 LOSSES = ("softmax", "sigmoid")
 
 
@@ -26,7 +26,8 @@ class WindTunnelConfig:
     n_obs: int = 20  # hmm: training length K
     test_lengths: tuple[int, ...] = (30, 50)  # hmm: extra evaluation lengths (length generalisation)
     # model
-    model: str = "transformer"  # "transformer", "mlp" (parameter-matched, no context) or "lstm" (matched)
+    model: str = "transformer"  # "transformer", "mlp" (matched, no context), "prefix_mlp" (matched, flattened
+    # prefix: context, no attention) or "lstm" (matched)
     n_layers: int = 2
     n_heads: int = 4
     d_model: int = 64

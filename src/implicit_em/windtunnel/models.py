@@ -1,4 +1,4 @@
-"""Small sequence models for the wind tunnels: a causal transformer, a parameter-matched MLP, an LSTM.
+"""Small sequence models for the wind tunnels: a causal transformer, two parameter-matched MLPs, an LSTM.
 
 Every model maps tokens (B, T) to logits (B, T, C), one row of C class logits per position; the training loop
 scores the positions a task asks for. The transformer's attention goes through
@@ -7,6 +7,10 @@ scores the positions a task asks for. The transformer's attention goes through
 The MLP sees the same tokens but one at a time (token and position embedding, then a per-position MLP): it has
 no access to context, so its best possible predictor is the no-context one, and its error is the "no-context
 floor" of companion notes §A. Its width is chosen so its parameter count is within 10% of the transformer's.
+
+The prefix MLP is the context-seeing control: at position t it reads the whole prefix, flattened (one-hot tokens of
+positions 0..t, zero-padded to ``max_len``), through a plain MLP: context without attention, and without any
+softmax inside the network. It is parameter-matched the same way.
 """
 
 import math
@@ -161,6 +165,47 @@ class TokenMLP(nn.Module):
         return self.net(self.tok(tokens) + self.pos(torch.arange(t, device=tokens.device)))  # (B, T, C)
 
 
+class PrefixMLP(nn.Module):
+    r"""MLP over the flattened, zero-padded one-hot prefix: sees the context, has no attention.
+
+    At position t the input is :math:`x_t = [\mathrm{onehot}(s_0), \ldots, \mathrm{onehot}(s_t), 0, \ldots, 0]`,
+    of length ``max_len`` x ``vocab_size``, and the first layer is a linear map of it,
+
+    .. math::  h_t = \mathrm{GELU}\Big(b + \sum_{u \le t} W_u[s_u]\Big),
+
+    with :math:`W_u` the block of the weight matrix that reads slot u. Computed as a per-slot embedding and a
+    cumulative sum over positions (exactly the flattened linear layer, in O(T) per position instead of O(T^2)).
+    Then ``n_hidden - 1`` more hidden layers and a linear head. Causal by construction.
+
+    Args:
+        vocab_size, n_classes, max_len: as for :class:`CausalTransformer`.
+        hidden: width of the ``n_hidden`` hidden layers.
+    """
+
+    def __init__(self, vocab_size: int, n_classes: int, max_len: int, hidden: int = 64, n_hidden: int = 2) -> None:
+        super().__init__()
+        self.vocab_size, self.max_len, self.hidden = vocab_size, max_len, hidden
+        self.slot = nn.Embedding(max_len * vocab_size, hidden)  # W_u[s]: row u * vocab_size + s
+        self.bias = nn.Parameter(torch.zeros(hidden))
+        layers: list[nn.Module] = [nn.GELU()]
+        for _ in range(n_hidden - 1):
+            layers += [nn.Linear(hidden, hidden), nn.GELU()]
+        layers.append(nn.Linear(hidden, n_classes))
+        self.net = nn.Sequential(*layers)
+        self.apply(_init_weights)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        t = tokens.shape[1]
+        if t > self.max_len:
+            raise ValueError(f"sequence length {t} exceeds max_len {self.max_len}")
+        rows = torch.arange(t, device=tokens.device) * self.vocab_size + tokens  # (B, T): slot u reads token s_u
+        first = self.slot(rows).cumsum(dim=1) + self.bias  # (B, T, hidden): sum over the prefix u <= t
+        return self.net(first)  # (B, T, C)
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, max_len={self.max_len}, hidden={self.hidden}"
+
+
 class LSTMModel(nn.Module):
     """Token embedding, a stacked LSTM, a linear head."""
 
@@ -200,6 +245,17 @@ def matched_mlp(
         return emb + body
 
     return TokenMLP(vocab_size, n_classes, max_len, d_model, _closest_width(count, target_params), n_hidden)
+
+
+def matched_prefix_mlp(
+    target_params: int, vocab_size: int, n_classes: int, max_len: int, n_hidden: int = 2
+) -> PrefixMLP:
+    """A :class:`PrefixMLP` whose parameter count is as close as possible to ``target_params``."""
+
+    def count(w: int) -> int:
+        return (max_len * vocab_size + 1) * w + (n_hidden - 1) * (w + 1) * w + (w + 1) * n_classes
+
+    return PrefixMLP(vocab_size, n_classes, max_len, _closest_width(count, target_params), n_hidden)
 
 
 def matched_lstm(

@@ -33,7 +33,13 @@ from implicit_em._runio import DeferSignals, save_torch_atomic, torch_threads, v
 from implicit_em.objectives import constrained_cross_entropy, independent_sigmoid_bce
 from implicit_em.windtunnel.config import WindTunnelConfig
 from implicit_em.windtunnel.metrics import WindTunnelMetrics, evaluate_predictions, predictive
-from implicit_em.windtunnel.models import CausalTransformer, count_parameters, matched_lstm, matched_mlp
+from implicit_em.windtunnel.models import (
+    CausalTransformer,
+    count_parameters,
+    matched_lstm,
+    matched_mlp,
+    matched_prefix_mlp,
+)
 from implicit_em.windtunnel.plots import plot_curves
 from implicit_em.windtunnel.tasks import Batch, BijectionTask, HMMFilteringTask
 
@@ -95,6 +101,8 @@ def build_model(config: WindTunnelConfig, task: Task, max_len: int) -> tuple[nn.
     torch.manual_seed(config.seed)
     if config.model == "mlp":
         return matched_mlp(reference, task.vocab_size, task.n_classes, max_len, config.d_model), reference
+    if config.model == "prefix_mlp":
+        return matched_prefix_mlp(reference, task.vocab_size, task.n_classes, max_len), reference
     return matched_lstm(reference, task.vocab_size, task.n_classes, config.d_model), reference
 
 
