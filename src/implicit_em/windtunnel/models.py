@@ -26,10 +26,12 @@ __all__ = [
     "CausalSelfAttention",
     "CausalTransformer",
     "LSTMModel",
+    "PrefixMLP",
     "TokenMLP",
     "count_parameters",
     "matched_lstm",
     "matched_mlp",
+    "matched_prefix_mlp",
 ]
 
 
