@@ -300,12 +300,12 @@ def _figure(ctx: Context, init: Tensor, trained: Tensor, curves: Tensor, m: dict
     ax.axhline(m["kl_uniform"], color="0.5", ls=":", lw=1, label="uniform")
     for i, k in enumerate((1, *cfg.windows)):
         label = "no-context predictor (window 1)" if k == 1 else f"Bayes filter over the last {k} inputs"
-        ax.axhline(m[f"kl_window_{k}"], color=f"C{i + 2}", ls="--", lw=1, label=label)
-    ax.axhline(cfg.target_kl, color="k", lw=1.2, label=f"target {cfg.target_kl:g} bits")
+        ax.axhline(m[f"kl_window_{k}"], color=f"C{i + 2}", ls="--", lw=1, label=label, zorder=3)
+    ax.axhline(cfg.target_kl, color="k", lw=2, alpha=0.4, label=f"target {cfg.target_kl:g} bits", zorder=2)
     ax.set_yscale("log")
     ax.set(xlabel="run (initialisation x training sequence)", ylabel="KL(Bayes ‖ predictor), bits (held out)",
            title=f"Posterior error (stay {cfg.stay:g}, noise {cfg.noise:g})")  # fmt: skip
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower left", framealpha=0.9)
     ax = axes[1]
     steps = [min(i * cfg.log_every, cfg.steps - 1) for i in range(curves.shape[0])]
     for r in range(curves.shape[1]):
