@@ -111,8 +111,9 @@ def test_paired_metrics_known_answer() -> None:
 def _planted(kl_init: float, kl_trained: float, d_sd: float, no_context: float = 0.4) -> dict[str, float]:
     d = kl_init - kl_trained
     return {
-        "kl_init_mean": kl_init, "kl_trained_mean": kl_trained, "d_mean": d, "d_sd": d_sd, "n_runs": 30.0,
-        "d_in_sd": d / d_sd, "gap_closed": d / kl_init, "kl_no_context": no_context, "kl_positive_control": 0.001,
+        "kl_init_mean": kl_init, "kl_trained_mean": kl_trained, "d_mean": d, "d_sd": d_sd, "d_se": d_sd / 5.5,
+        "n_runs": 30.0, "d_in_sd": d / d_sd, "gap_closed": d / kl_init, "kl_no_context": no_context,
+        "kl_positive_control": 0.001,
     }  # fmt: skip
 
 
@@ -124,6 +125,8 @@ def test_verdict_rule_on_planted_outcomes() -> None:
     seven_percent = _decide(_planted(1.0, 0.93, 0.001), cfg)  # 70σ of the paired spread, 7% of the gap
     assert seven_percent[0] == "REFUTED" and "stays far" in seven_percent[1]
     assert _decide(_planted(1.0, 0.02, 0.6), cfg)[0] == "REFUTED"  # at the target, but not reliably
+    neither = _decide(_planted(1.0, 0.99, 0.5), cfg)[1]  # both parts fail: the summary names both
+    assert "does not improve" in neither and "stays far" in neither
     undecided = _decide(_planted(1.0, 0.02, 0.01, no_context=0.05), cfg)  # a setting that needs no context
     assert undecided[0] == "PARTIAL" and undecided[1].startswith("Undecided")
 

@@ -273,7 +273,7 @@ def _decide(m: dict[str, float], cfg: Config) -> tuple[Verdict, str]:
         f"{m['kl_trained_mean']:.4f} after the paper's training (target {cfg.target_kl:g}; no-context predictor "
         f"{m['kl_no_context']:.3f}, window-{cfg.positive_window} filter {m['kl_positive_control']:.4f}); paired "
         f"improvement {m['d_mean']:.4f} ± {m['d_sd']:.4f} bits (mean ± sd over {m['n_runs']:.0f} runs, "
-        f"{m['d_in_sd']:.1f}σ), {100 * m['gap_closed']:.1f}% of the gap to the posterior"
+        f"{m['d_in_sd']:.2f}σ; se {m['d_se']:.4f}), {100 * m['gap_closed']:.1f}% of the gap to the posterior"
     )
     if not (setting.passed and positive.passed):
         return "PARTIAL", (
@@ -283,10 +283,13 @@ def _decide(m: dict[str, float], cfg: Config) -> tuple[Verdict, str]:
         )
     if improved.passed and tracked.passed:
         return "PARTIAL", f"Posterior part met: {numbers}. The manifold part is not tested here (sticky_manifold)."
+    far = f"stays far from the posterior ({m['kl_trained_mean']:.3f} > {cfg.target_kl:g} bits)"
     if not improved.passed:
-        why = f"does not improve by > {cfg.sigmas:g}σ of the paired differences"
+        why = f"does not improve by > {cfg.sigmas:g}σ of the paired differences" + (
+            "" if tracked.passed else f" and {far}"
+        )
     else:
-        why = f"improves by > {cfg.sigmas:g}σ but stays far from the posterior"
+        why = f"improves by > {cfg.sigmas:g}σ but {far}"
     return "REFUTED", f"Posterior part not met: training {why}: {numbers}. The manifold part is not tested here."
 
 
