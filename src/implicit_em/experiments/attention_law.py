@@ -22,8 +22,8 @@ with no intermediate shared with the backward pass (:math:`\partial\ell/\partial
 :math:`\sum_{ij}\alpha_{ij} g_i x_j^\top`, not the value law chained). Residual: max |autograd − law| / max
 |autograd| per head. Four parts, each law with a negative control, the nearest wrong law, which must miss:
 
-(a) value side: the value law and the :math:`W_V` law. Control: :math:`\alpha` replaced by uniform weights over the
-    visible keys.
+(a) value side: the value law and the :math:`W_V` law. Control: the responsibilities removed (weight 1 on every
+    visible key, :math:`\sum_{i \ge j} g_i`).
 (b) score side, "responsibility-gated advantages": the routing law (control: the baseline :math:`\bar a` removed,
     :math:`\alpha_{ij} a_{ij}`) and three properties of autograd's :math:`G = \partial\ell/\partial s` that the
     words name, each measured as its largest violation relative to the gradient's size:
@@ -32,13 +32,20 @@ with no intermediate shared with the backward pass (:math:`\partial\ell/\partial
     visible keys, so keys with :math:`\alpha \to 0` get no score gradient;
     *gated per query*, :math:`\sum_j |G_{ij}| \le 2(1 - \max_j \alpha_{ij}) R_i`, so a row's score gradient
     vanishes as :math:`\alpha_i` concentrates, while the value side keeps receiving :math:`\sum_j \alpha_{ij} g_i =
-    g_i` (value gradients persist). Control for both gates: the ungated advantage :math:`a_{ij} - \bar a_i`.
+    g_i` (value gradients persist). Control for both gates: the ungated advantage :math:`a_{ij} - \bar a_i` (it
+    breaks the per-query gate only on rows with several keys or concentrated weights: with two keys and uniform
+    weights it meets the bound).
 (c) :math:`W_Q, W_K`, named with :math:`W_V` in §4.2 but updated through the scores only, so tested apart:
     :math:`\partial\ell/\partial W_Q = c\sum_{ij} G_{ij} k_j x_i^\top`, :math:`\partial\ell/\partial W_K =
     c\sum_{ij} G_{ij} q_i x_j^\top`, :math:`c = 1/\sqrt{d_k}`, with :math:`G` the routing law: each query–key pair's
     update weighted by its responsibility times a centred advantage. Control: the baseline removed.
 (d) the forward (Hopfield) identity: :math:`c^{-1}\nabla_{q_i}\log\sum_{j\le i}\exp(c\,q_i\cdot k_j)` (autograd on a
-    fresh leaf) against :math:`\sum_j \alpha_{ij} k_j` with the model's :math:`\alpha`. Control: uniform weights.
+    fresh leaf) against :math:`\sum_j \alpha_{ij} k_j` with the model's :math:`\alpha`. Control: the
+    responsibilities removed, :math:`\sum_{j \le i} k_j`.
+
+Each control removes one ingredient the text names (the responsibilities, the baseline, the gate). How far the
+responsibilities are from uniform is reported apart, as the miss of the laws with uniform weights over the visible
+keys (``uniform_*``): a description of the trained model, not part of the verdict.
 
 Verdict (thresholds in ``Config``). A part *holds* if all its laws and properties are within ``law_tol`` (1e-10,
 float64 round-off) in every head and all its controls miss by at least ``control_min`` (0.1) in every head; it
@@ -53,6 +60,14 @@ text does not make (§4.4 calls score gradients advantages, not responsibilities
 reached: rows of :math:`G` sum to 0 while :math:`\alpha_i` sums to 1, which bounds the fit's relative residual
 below by :math:`1/\sqrt{T}`. That residual and the verdict the old rule gives are still reported
 (``referee_reading_*``, ``old_rule_verdict``).
+
+A first draft of the present rule (commit 62a6194, before any of its numbers were seen) used uniform weights as
+the control of the value, :math:`W_V` and Hopfield laws, with the same ``control_min``. It was wrong: that control
+measures how far the model's responsibilities are from uniform, not whether the check can fail. In the second
+layer the heads attend almost uniformly over the visible keys (the elimination posterior is uniform over the
+unseen values), the uniform :math:`W_V` law misses by only 0.05–0.18 there, and the verdict flipped with the seed
+(quick seeds 0, 1, 2: PARTIAL, PARTIAL, SUPPORTED), while every law held to 1e-14. The verdict that draft gives is
+still reported (``uniform_control_verdict``).
 """
 
 import math
@@ -168,9 +183,16 @@ def hopfield_law_np(alpha: Array, k: Array) -> Array:
     return _sum("bhij,bhje->bhie", alpha, k)
 
 
+def unit_weights(visible: Array) -> Array:
+    """The control weights: 1 on every visible key (the responsibilities removed), (..., T, S) from a boolean
+    mask."""
+    return visible.astype(np.float64)
+
+
 def uniform_weights(visible: Array) -> Array:
-    """The control weights: uniform over the visible keys of each query row, (..., T, S) from a boolean mask."""
-    w = visible.astype(np.float64)
+    """Uniform weights over the visible keys of each query row, (..., T, S) from a boolean mask (the description
+    of how far the responsibilities are from uniform)."""
+    w = unit_weights(visible)
     return w / np.maximum(w.sum(-1, keepdims=True), 1.0)
 
 
@@ -209,6 +231,19 @@ def key_gate_violation(grad_s: Array, alpha: Array, a: Array, visible: Array) ->
     return relative(np.maximum(excess, 0.0), grad_s)
 
 
+def gate_tightness(grad_s: Array, alpha: Array, a: Array, visible: Array) -> tuple[float, float]:
+    r"""How close a score gradient comes to the two gates: max :math:`|G_{ij}|/(\alpha_{ij} R_i)` over visible pairs
+    and max :math:`\sum_j|G_{ij}| / (2(1-\max_j\alpha_{ij})R_i)` over rows, where the bound is positive (1: the bound
+    is attained; above 1: violated)."""
+    r_range = advantage_range(a, visible)
+    key_bound = np.where(visible, alpha * r_range, 0.0)
+    row_bound = 2.0 * (1.0 - alpha.max(-1, keepdims=True)) * r_range
+    l1 = np.abs(np.where(visible, grad_s, 0.0)).sum(-1, keepdims=True)
+    key = np.abs(grad_s)[key_bound > 0] / key_bound[key_bound > 0]
+    row = l1[row_bound > 0] / row_bound[row_bound > 0]
+    return float(key.max(initial=0.0)), float(row.max(initial=0.0))
+
+
 def row_gate_violation(grad_s: Array, alpha: Array, a: Array, visible: Array) -> Array:
     r"""max over rows of :math:`(\sum_j |G_{ij}| - 2(1 - \max_j\alpha_{ij}) R_i)_+` / max row :math:`\ell_1` per
     head (0 when every row's score gradient vanishes as its weights concentrate)."""
@@ -232,14 +267,17 @@ def theorem1_fit(grad_s: Array, alpha: Array) -> tuple[Array, Array]:
 
 # part -> (its laws and properties, their controls); the names are the keys of the residuals _capture returns
 PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "value side": (("value_law", "w_v_law"), ("value_uniform", "w_v_uniform")),
+    "value side": (("value_law", "w_v_law"), ("value_unweighted", "w_v_unweighted")),
     "score side": (
         ("routing_law", "centred", "key_gated", "row_gated"),
         ("routing_no_baseline", "centred_no_baseline", "key_gated_ungated", "row_gated_ungated"),
     ),
     "W_Q, W_K": (("w_q_law", "w_k_law"), ("w_q_no_baseline", "w_k_no_baseline")),
-    "Hopfield read-out": (("hopfield",), ("hopfield_uniform",)),
+    "Hopfield read-out": (("hopfield",), ("hopfield_unweighted",)),
 }
+# the first draft's controls (module docstring), reported with the verdict they give
+UNIFORM_CONTROLS = {"value_unweighted": "value_uniform", "w_v_unweighted": "w_v_uniform"}
+UNIFORM_CONTROLS["hopfield_unweighted"] = "hopfield_uniform"
 
 
 def part_state(laws: list[Criterion], controls: list[Criterion]) -> State:
@@ -311,6 +349,7 @@ def _layer_residuals(site: dict[str, Tensor], grad_qkv: Tensor, x: Tensor, scale
     visible = np.tril(np.ones((t, alpha.shape[-1]), dtype=bool))  # causal: query i sees keys j <= i
     grad_w = {n: _np(w).reshape(h, e, -1) for n, w in zip("qkv", grad_qkv.chunk(3, dim=0), strict=True)}
     uniform = np.broadcast_to(uniform_weights(visible), alpha.shape)
+    unit = np.broadcast_to(unit_weights(visible), alpha.shape)
     a, a_bar = advantages_np(alpha, v, g)
     law_s, no_base = routing_law_np(alpha, v, g), routing_law_np(alpha, v, g, baseline=False)
     ungated = np.where(visible, a - a_bar, 0.0)
@@ -318,8 +357,10 @@ def _layer_residuals(site: dict[str, Tensor], grad_qkv: Tensor, x: Tensor, scale
     law_v, law_wv = value_law_np(alpha, g), w_v_law_np(alpha, g, xs)
     res = {
         "value_law": relative(grad_v - law_v, grad_v),
+        "value_unweighted": relative(grad_v - value_law_np(unit, g), grad_v),
         "value_uniform": relative(grad_v - value_law_np(uniform, g), grad_v),
         "w_v_law": relative(grad_w["v"] - law_wv, grad_w["v"], 0),
+        "w_v_unweighted": relative(grad_w["v"] - w_v_law_np(unit, g, xs), grad_w["v"], 0),
         "w_v_uniform": relative(grad_w["v"] - w_v_law_np(uniform, g, xs), grad_w["v"], 0),
         "routing_law": relative(grad_s - law_s, grad_s),
         "routing_no_baseline": relative(grad_s - no_base, grad_s),
@@ -334,6 +375,7 @@ def _layer_residuals(site: dict[str, Tensor], grad_qkv: Tensor, x: Tensor, scale
         "w_k_law": relative(grad_w["k"] - w_k_law_np(law_s, q, xs, scale), grad_w["k"], 0),
         "w_k_no_baseline": relative(grad_w["k"] - w_k_law_np(no_base, q, xs, scale), grad_w["k"], 0),
         "hopfield": relative(hop_grad - hopfield_law_np(alpha, k), hop_grad),
+        "hopfield_unweighted": relative(hop_grad - hopfield_law_np(unit, k), hop_grad),
         "hopfield_uniform": relative(hop_grad - hopfield_law_np(uniform, k), hop_grad),
     }
     # rows with at least two visible keys and a nonzero advantage range: how much of the range reaches the scores
@@ -342,6 +384,7 @@ def _layer_residuals(site: dict[str, Tensor], grad_qkv: Tensor, x: Tensor, scale
     gate = np.abs(grad_s).sum(-1) / np.where(rows, r_range, 1.0)
     extra = {
         "referee": theorem1_fit(grad_s, alpha)[1],
+        "tightness": gate_tightness(grad_s, alpha, a, visible),
         "rows": {"p": alpha.max(-1)[rows], "gate": gate[rows], "g_norm": np.linalg.norm(g, axis=-1)[rows]},
         "points": {"grad_v": grad_v, "law_v": law_v, "grad_s": grad_s, "law_s": law_s, "no_base": no_base,
                    "grad_w": np.concatenate([grad_w[n].ravel() for n in "qkv"]),
@@ -453,6 +496,7 @@ def _run(cfg: Config, ctx: Context) -> Result:
     t0 = time.perf_counter()
     heads: dict[str, list[float]] = {}  # residual name -> one value per head (all layers, all seeds)
     referee: list[float] = []
+    tight_key, tight_row = 0.0, 0.0
     rows: dict[str, list[Array]] = {"p": [], "gate": [], "g_norm": []}
     first_loss: list[float] = []
     last_loss: list[float] = []
@@ -464,6 +508,7 @@ def _run(cfg: Config, ctx: Context) -> Result:
             for name, values in layer["residuals"].items():
                 heads.setdefault(name, []).extend(float(v) for v in values)
             referee.extend(float(v) for v in layer["referee"])
+            tight_key, tight_row = max(tight_key, layer["tightness"][0]), max(tight_row, layer["tightness"][1])
             for key in rows:
                 rows[key].append(layer["rows"][key])
             if s == 0:
@@ -484,6 +529,11 @@ def _run(cfg: Config, ctx: Context) -> Result:
         criteria += laws + controls
         states[part] = part_state(laws, controls)
     verdict = decide(states)
+    first_draft: dict[str, State] = {}  # the same rule with the first draft's uniform-weight controls
+    for part, (law_names, control_names) in PARTS.items():
+        laws = [criterion(n, max(heads[n]), "<=", cfg.law_tol) for n in law_names]
+        controls = [criterion(n, min(heads[UNIFORM_CONTROLS.get(n, n)]), ">=", cfg.control_min) for n in control_names]
+        first_draft[part] = part_state(laws, controls)
 
     p, gate, g_norm = (np.concatenate(rows[k]) for k in ("p", "gate", "g_norm"))
     conc, diff = p >= cfg.concentrated, p < cfg.diffuse
@@ -501,13 +551,17 @@ def _run(cfg: Config, ctx: Context) -> Result:
         "REFUTED": "neither the value-side nor the score-side laws match autograd",
     }[verdict]
     summary = (
-        f"{lead}. {parts_text}. Rows with max α ≥ {cfg.concentrated:g} ({conc.mean():.0%} of rows) pass a median "
+        f"{lead}. {parts_text}. Rows with max α ≥ {cfg.concentrated:g} ({conc.mean():.1%} of rows) pass a median "
         f"{_median(gate[conc]):.3f} of their advantage range to the scores, diffuse rows {_median(gate[diff]):.3f}"
     )
     metrics: dict[str, Any] = {
         **{f"{n}_max": max(heads[n]) for part in PARTS.values() for n in part[0]},
         **{f"control_{n}_min": min(heads[n]) for part in PARTS.values() for n in part[1]},
         "part_states": states,
+        **{f"{n}_min": min(heads[n]) for n in UNIFORM_CONTROLS.values()},
+        "uniform_control_verdict": decide(first_draft),
+        "key_gate_tightness_max": tight_key,
+        "row_gate_tightness_max": tight_row,
         "residuals_per_head": heads,
         "rows_checked": int(p.size),
         "rows_concentrated_fraction": float(conc.mean()),
@@ -532,10 +586,15 @@ def _run(cfg: Config, ctx: Context) -> Result:
         "forward hook for the attention input x. Laws are evaluated in numpy by explicit index sums from the "
         "captured α, q, k, v, g, x (the W laws as triple sums over query and key positions), autograd's gradients "
         "come from the probe's hooks and qkv.weight.grad; residuals are max |autograd − law| / max |autograd| per "
-        "head (per head's rows of W). Controls: uniform weights over the visible keys for the value, W_V and "
-        "Hopfield laws; the baseline ā removed for the routing, centring, W_Q and W_K laws; the ungated advantage "
-        "a − ā for the two gates. Gates: |∂ℓ/∂s_ij| ≤ α_ij R_i and Σ_j|∂ℓ/∂s_ij| ≤ 2(1 − max α_i) R_i with R_i the "
-        "range of a_ij over visible keys (rows with one visible key have zero score gradient and are skipped in "
+        "head (per head's rows of W). Controls: the responsibilities removed (weight 1 on every visible key) for "
+        "the value, W_V and Hopfield laws; the baseline ā removed for the routing, centring, W_Q and W_K laws; the "
+        "ungated advantage a − ā for the two gates. With uniform weights over the visible keys in place of α the "
+        f"laws miss by {min(heads['value_uniform']):.2f} (value), {min(heads['w_v_uniform']):.2f} (W_V) and "
+        f"{min(heads['hopfield_uniform']):.2f} (Hopfield) in the closest head: how far the responsibilities are "
+        f"from uniform (as controls, the first draft's, they give {decide(first_draft)}). Gates: |∂ℓ/∂s_ij| ≤ "
+        "α_ij R_i and Σ_j|∂ℓ/∂s_ij| ≤ 2(1 − max α_i) R_i with R_i the range of a_ij over visible keys; autograd's "
+        f"score gradient reaches {tight_key:.2f} and {tight_row:.2f} of them at most (rows with one visible key "
+        "have zero score gradient and are skipped in "
         "the row description). 'Value gradients persist': by the value law each query passes its whole g_i "
         f"(Σ_j α_ij = 1) to the values; the median ‖g_i‖ is {_median(g_norm[conc]):.2e} on concentrated rows and "
         f"{_median(g_norm[diff]):.2e} on diffuse ones. The replaced rule (score gradient ≈ −c·α, Theorem 1 as the "
