@@ -382,16 +382,28 @@ def _layer_residuals(site: dict[str, Tensor], grad_qkv: Tensor, x: Tensor, scale
     r_range = advantage_range(a, visible)[..., 0]
     rows = (visible.sum(-1) >= 2)[None, None] & (r_range > 0)
     gate = np.abs(grad_s).sum(-1) / np.where(rows, r_range, 1.0)
+    law_w = [w_q_law_np(law_s, k, xs, scale), w_k_law_np(law_s, q, xs, scale), law_wv]
     extra = {
         "referee": theorem1_fit(grad_s, alpha)[1],
         "tightness": gate_tightness(grad_s, alpha, a, visible),
-        "rows": {"p": alpha.max(-1)[rows], "gate": gate[rows], "g_norm": np.linalg.norm(g, axis=-1)[rows]},
-        "points": {"grad_v": grad_v, "law_v": law_v, "grad_s": grad_s, "law_s": law_s, "no_base": no_base,
-                   "grad_w": np.concatenate([grad_w[n].ravel() for n in "qkv"]),
-                   "law_w": np.concatenate([w_q_law_np(law_s, k, xs, scale).ravel(),
-                                            w_k_law_np(law_s, q, xs, scale).ravel(), law_wv.ravel()]),
-                   "visible": np.broadcast_to(visible, alpha.shape)},
-    }  # fmt: skip
+        "rows": {
+            "p": alpha.max(-1)[rows],
+            "gate": gate[rows],
+            "ungated": (np.abs(ungated).sum(-1) / np.where(rows, r_range, 1.0))[rows],
+            "g_norm": np.linalg.norm(g, axis=-1)[rows],
+        },
+        "points": {
+            "grad_v": grad_v,
+            "law_v": law_v,
+            "unweighted_v": value_law_np(unit, g),
+            "grad_s": grad_s,
+            "law_s": law_s,
+            "no_base": no_base,
+            "grad_w": np.concatenate([grad_w[n].ravel() for n in "qkv"]),
+            "law_w": np.concatenate([w.ravel() for w in law_w]),
+            "visible": np.broadcast_to(visible, alpha.shape),
+        },
+    }
     return {"residuals": res, **extra}
 
 
@@ -435,10 +447,15 @@ def _sample(n: int, k: int = 4000) -> Array:
 
 
 def _figure(
-    ctx: Context, layer: dict[str, Any], heads: dict[str, list[float]], losses: list[float], cfg: Config
+    ctx: Context,
+    points: dict[str, Array],
+    rows: dict[str, Array],
+    heads: dict[str, list[float]],
+    losses: list[float],
+    cfg: Config,
 ) -> str:
     plt = pyplot()
-    p, rows = layer["points"], layer["rows"]
+    p = points
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
     ax = axes.ravel()
 
@@ -453,24 +470,28 @@ def _figure(
         a.legend(fontsize=8, loc="upper left")
 
     vis = p["visible"]
-    diagonal(ax[0], p["law_v"], p["grad_v"], "Σ_i α_ij g_i", None, "(a) value law ∂ℓ/∂v")
+    diagonal(ax[0], p["law_v"], p["grad_v"], "Σ_i α_ij g_i", p["unweighted_v"], "(a) value law ∂ℓ/∂v")
     diagonal(ax[1], p["law_s"][vis], p["grad_s"][vis], "α_ij (a_ij − ā_i)", p["no_base"][vis], "(b) routing law ∂ℓ/∂s")
     diagonal(ax[2], p["law_w"], p["grad_w"], "law for W_Q, W_K, W_V", None, "(a, c) ∂ℓ/∂W_{Q,K,V}")
     idx = _sample(rows["p"].size)
     one_minus_p = 1.0 - rows["p"][idx]
-    ax[3].scatter(one_minus_p, rows["gate"][idx], s=4, alpha=0.5, color="C2", label="rows: Σ_j|∂ℓ/∂s_ij| / R_i")
-    grid = np.linspace(0.0, float(one_minus_p.max(initial=0.5)), 50)
+    ax[3].scatter(one_minus_p, rows["ungated"][idx], s=4, alpha=0.3, color="C7", label="control: Σ_j|a_ij − ā_i| / R_i")
+    ax[3].scatter(one_minus_p, rows["gate"][idx], s=4, alpha=0.5, color="C2", label="autograd: Σ_j|∂ℓ/∂s_ij| / R_i")
+    grid = np.linspace(0.0, 1.0, 50)
     ax[3].plot(grid, 2 * grid, "k--", lw=0.8, label="gate bound 2(1 − max α)")
-    ax[3].set(xlabel="1 − max_j α_ij", ylabel="score gradient / advantage range", title="(b) gated per query row")
+    ax[3].set(xlabel="1 − max_j α_ij", ylabel="score gradient / advantage range R_i", xlim=(0, 1))
+    ax[3].set(title="(b) gated per query row (all rows)", ylim=(0, 2.2))
     ax[3].legend(fontsize=8)
-    names = list(heads)
-    laws = [max(heads[n]) for n in names]
-    ax[4].bar(range(len(names)), [max(v, 1e-18) for v in laws], color=["C0" if "law" in n else "C7" for n in names])
+    bars = [(n, max(heads[n]), "C0") for laws, _ in PARTS.values() for n in laws]
+    bars += [(n, min(heads[n]), "C7") for _, controls in PARTS.values() for n in controls]
+    bars += [(n, min(heads[n]), "C1") for n in UNIFORM_CONTROLS.values()]
+    names = [b[0] for b in bars]
+    ax[4].bar(range(len(bars)), [max(b[1], 1e-18) for b in bars], color=[b[2] for b in bars])
     ax[4].set_yscale("log")
     ax[4].axhline(cfg.law_tol, color="C3", ls=":", lw=0.8, label=f"law_tol {cfg.law_tol:g}")
     ax[4].axhline(cfg.control_min, color="k", ls=":", lw=0.8, label=f"control_min {cfg.control_min:g}")
     ax[4].set_xticks(range(len(names)), names, rotation=70, fontsize=7)
-    ax[4].set(ylabel="relative residual", title="laws: max over heads; controls (grey): min")
+    ax[4].set(ylabel="relative residual", title="laws (blue, max); controls, uniform α (grey, orange, min)")
     ax[4].legend(fontsize=8)
     ax[5].plot(losses, lw=0.8, label="train loss (first seed)")
     ax[5].axhline(math.log(cfg.n_symbols), color="C7", ls="--", lw=0.8, label="no-context (log V)")
@@ -478,7 +499,7 @@ def _figure(
     ax[5].axhline(bayes, color="k", ls=":", lw=0.8, label="Bayes posterior")
     ax[5].set(xlabel="Adam step", ylabel="cross-entropy (nats)", title="training (float32)")
     ax[5].legend(fontsize=8)
-    fig.suptitle("Attention in a trained transformer, float64 capture (scatter: last layer, first seed)")
+    fig.suptitle("Attention in a trained transformer, float64 capture (a–c: last layer, first seed; grey: controls)")
     fig.tight_layout()
     return ctx.save_figure(fig, "attention_law", dpi=100)
 
@@ -497,7 +518,7 @@ def _run(cfg: Config, ctx: Context) -> Result:
     heads: dict[str, list[float]] = {}  # residual name -> one value per head (all layers, all seeds)
     referee: list[float] = []
     tight_key, tight_row = 0.0, 0.0
-    rows: dict[str, list[Array]] = {"p": [], "gate": [], "g_norm": []}
+    rows: dict[str, list[Array]] = {"p": [], "gate": [], "ungated": [], "g_norm": []}
     first_loss: list[float] = []
     last_loss: list[float] = []
     losses: list[float] = []
@@ -535,7 +556,8 @@ def _run(cfg: Config, ctx: Context) -> Result:
         controls = [criterion(n, min(heads[UNIFORM_CONTROLS.get(n, n)]), ">=", cfg.control_min) for n in control_names]
         first_draft[part] = part_state(laws, controls)
 
-    p, gate, g_norm = (np.concatenate(rows[k]) for k in ("p", "gate", "g_norm"))
+    pooled = {k: np.concatenate(v) for k, v in rows.items()}
+    p, gate, g_norm = pooled["p"], pooled["gate"], pooled["g_norm"]
     conc, diff = p >= cfg.concentrated, p < cfg.diffuse
     old_rule: Verdict = "SUPPORTED" if max(referee) <= cfg.old_theorem1_tol else "PARTIAL"
     worst = {part: max(max(heads[n]) for n in PARTS[part][0]) for part in PARTS}
@@ -602,7 +624,9 @@ def _run(cfg: Config, ctx: Context) -> Result:
         "cannot fall below 1/√T because score-gradient rows sum to 0 while α sums to 1. The stored paper text does "
         "not define a_ij, ā_i, g_i (read as g_i·v_j, its α-mean, ∂ℓ/∂o_i, as in DESIGN.md §1)."
     )
-    return Result(verdict, summary, metrics, criteria, [_figure(ctx, shown, heads, losses, cfg)], details)
+    return Result(
+        verdict, summary, metrics, criteria, [_figure(ctx, shown["points"], pooled, heads, losses, cfg)], details
+    )
 
 
 EXPERIMENT = Experiment(
