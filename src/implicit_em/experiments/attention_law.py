@@ -64,10 +64,10 @@ below by :math:`1/\sqrt{T}`. That residual and the verdict the old rule gives ar
 A first draft of the present rule (commit 62a6194, before any of its numbers were seen) used uniform weights as
 the control of the value, :math:`W_V` and Hopfield laws, with the same ``control_min``. It was wrong: that control
 measures how far the model's responsibilities are from uniform, not whether the check can fail. In the second
-layer the heads attend almost uniformly over the visible keys (the elimination posterior is uniform over the
-unseen values), the uniform :math:`W_V` law misses by only 0.05–0.18 there, and the verdict flipped with the seed
-(quick seeds 0, 1, 2: PARTIAL, PARTIAL, SUPPORTED), while every law held to 1e-14. The verdict that draft gives is
-still reported (``uniform_control_verdict``).
+layer the heads attend almost uniformly over the visible keys (plausibly because the task's posterior is uniform
+over the unseen values), the uniform :math:`W_V` law misses by only 0.05–0.18 there, and the verdict flipped with
+the seed (quick seeds 0, 1, 2: PARTIAL, PARTIAL, SUPPORTED), while every law held to 1e-14. The verdict that draft
+gives is still reported (``uniform_control_verdict``).
 """
 
 import math
