@@ -569,9 +569,18 @@ def _run(cfg: Config, ctx: Context) -> Result:
         "SUPPORTED": "every law of §4.2 matches autograd to float64 round-off when evaluated independently, and each "
         "wrong law misses by O(1): values and W_V are responsibility-weighted, score gradients (hence W_Q, W_K) are "
         "centred advantages gated by α",
-        "PARTIAL": "only part of the claimed structure is confirmed",
+        "PARTIAL": "not every part is confirmed",
         "REFUTED": "neither the value-side nor the score-side laws match autograd",
     }[verdict]
+    undecided = [part for part, state in states.items() if state == "undecided"]
+    failed = [part for part, state in states.items() if state == "fails"]
+    if failed:
+        lead += f"; {', '.join(failed)}: a law misses autograd by more than {cfg.law_tol:g}"
+    if undecided:
+        lead += (
+            f"; {', '.join(undecided)}: the laws hold, but in some head a wrong law (the control) comes closer to "
+            f"autograd than {cfg.control_min:g}, so there the check does not separate them by O(1)"
+        )
     summary = (
         f"{lead}. {parts_text}. Rows with max α ≥ {cfg.concentrated:g} ({conc.mean():.1%} of rows) pass a median "
         f"{_median(gate[conc]):.3f} of their advantage range to the scores, diffuse rows {_median(gate[diff]):.3f}"
