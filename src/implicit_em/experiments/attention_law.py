@@ -1,45 +1,102 @@
-r"""Attention's gradient laws in a trained transformer, and whether they instantiate Theorem 1 (paper §4.2).
+r"""Attention's gradient laws in a trained transformer: responsibility-weighted values, responsibility-gated score
+advantages (paper §4.2, §4.4).
 
-Claim (paper §4.2): the parameters of attention "accumulate responsibility-weighted updates across all queries and
-all training examples". The referee (review-implicit-em.json, major comment 2) objects that "softmax attention is
-a network layer, not a loss", so Theorem 1 (:math:`\partial L/\partial d_j = -r_j`) is not instantiated.
+Claim. §4.2 states :math:`\partial L/\partial v_j = \sum_i \alpha_{ij} g_i` and
+:math:`\partial L/\partial s_{ij} = \alpha_{ij}(a_{ij} - \bar a_i)`, the persistent form
+:math:`\partial L/\partial W_V = \sum_{ij} \alpha_{ij} g_i x_j^\top`, the forward identity "The gradient of
+:math:`\log\sum_j\exp(q^\top k_j)` with respect to the query is :math:`\sum_j \alpha_j k_j`", and that "the
+underlying parameters—:math:`W_Q`, :math:`W_K`, :math:`W_V`—accumulate responsibility-weighted updates across all
+queries and all training examples". §4.4: "When the LSE is inside the network (attention), value gradients are
+exactly responsibility-weighted while score gradients are responsibility-gated advantages." The stored text does
+not define :math:`g, a, \bar a`; we read :math:`g_i = \partial L/\partial o_i` (the upstream gradient),
+:math:`a_{ij} = g_i \cdot v_j` and :math:`\bar a_i = \sum_k \alpha_{ik} a_{ik}` (DESIGN.md §1's :math:`b_{ij}`),
+the reading under which the displayed equation is the chain rule.
 
-Method. A small causal transformer (:class:`implicit_em.windtunnel.models.CausalTransformer`, attention through the
-library's explicit :func:`implicit_em.probes.attention`) is trained for a few dozen Adam steps with the real
-cross-entropy loss of the bijection wind tunnel. The trained model is then cast to float64, and on a fresh batch
-:class:`implicit_em.probes.AttentionProbe` captures per layer and head the weights :math:`\alpha`, the values
-:math:`v`, the upstream gradient :math:`u = \partial\ell/\partial o` and autograd's :math:`\partial\ell/\partial s`
-and :math:`\partial\ell/\partial v`. Three residuals, each relative to the size of autograd's gradient (max norm):
+Method. A small causal transformer (:class:`implicit_em.windtunnel.models.CausalTransformer`) is trained for a few
+hundred Adam steps on the bijection wind tunnel, cast to float64, and on a fresh batch
+:class:`implicit_em.probes.AttentionProbe` and a forward hook capture per layer :math:`\alpha, q, k, v`, the
+upstream :math:`g`, the attention input :math:`x`, and autograd's :math:`\partial\ell/\partial s`,
+:math:`\partial\ell/\partial v` and :math:`\partial\ell/\partial W_{Q,K,V}` (rows of ``qkv.weight``). Every law is
+then evaluated independently of autograd: in numpy float64 by explicit index sums (``np.einsum`` without BLAS),
+with no intermediate shared with the backward pass (:math:`\partial\ell/\partial W_V` is the triple sum
+:math:`\sum_{ij}\alpha_{ij} g_i x_j^\top`, not the value law chained). Residual: max |autograd − law| / max
+|autograd| per head. Four parts, each law with a negative control, the nearest wrong law, which must miss:
 
-(a) value law :math:`\partial\ell/\partial v_j = \sum_i \alpha_{ij} u_i`, and the paper's persistent form
-    :math:`\partial\ell/\partial W_V = \sum_{ij} \alpha_{ij} u_i x_j^\top` against autograd's gradient of W_V;
-(b) routing law :math:`\partial\ell/\partial s_{ij} = \alpha_{ij}(b_{ij} - \sum_k \alpha_{ik} b_{ik})`,
-    :math:`b_{ij} = u_i \cdot v_j`;
-(c) Theorem-1 form: for each query row the best scalar :math:`c_i` in :math:`\partial\ell/\partial s_i \approx
-    -c_i \alpha_i`; the residual is :math:`\|g + c\alpha\|_F / \|g\|_F` over all rows of a head (one minus it
-    squared is the share of the score gradient's energy that the responsibilities explain).
+(a) value side: the value law and the :math:`W_V` law. Control: the responsibilities removed (weight 1 on every
+    visible key, :math:`\sum_{i \ge j} g_i`).
+(b) score side, "responsibility-gated advantages": the routing law (control: the baseline :math:`\bar a` removed,
+    :math:`\alpha_{ij} a_{ij}`) and three properties of autograd's :math:`G = \partial\ell/\partial s` that the
+    words name, each measured as its largest violation relative to the gradient's size:
+    *centred*, :math:`\sum_j G_{ij} = 0` (control: :math:`\alpha_{ij} a_{ij}`, whose rows sum to :math:`\bar a_i`);
+    *gated per key*, :math:`|G_{ij}| \le \alpha_{ij} R_i` with :math:`R_i = \max_j a_{ij} - \min_j a_{ij}` over the
+    visible keys, so keys with :math:`\alpha \to 0` get no score gradient;
+    *gated per query*, :math:`\sum_j |G_{ij}| \le 2(1 - \max_j \alpha_{ij}) R_i`, so a row's score gradient
+    vanishes as :math:`\alpha_i` concentrates, while the value side keeps receiving :math:`\sum_j \alpha_{ij} g_i =
+    g_i` (value gradients persist). Control for both gates: the ungated advantage :math:`a_{ij} - \bar a_i` (it
+    breaks the per-query gate only on rows with several keys or concentrated weights: with two keys and uniform
+    weights it meets the bound).
+(c) :math:`W_Q, W_K`, named with :math:`W_V` in §4.2 but updated through the scores only, so tested apart:
+    :math:`\partial\ell/\partial W_Q = c\sum_{ij} G_{ij} k_j x_i^\top`, :math:`\partial\ell/\partial W_K =
+    c\sum_{ij} G_{ij} q_i x_j^\top`, :math:`c = 1/\sqrt{d_k}`, with :math:`G` the routing law: each query–key pair's
+    update weighted by its responsibility times a centred advantage. Control: the baseline removed.
+(d) the forward (Hopfield) identity: :math:`c^{-1}\nabla_{q_i}\log\sum_{j\le i}\exp(c\,q_i\cdot k_j)` (autograd on a
+    fresh leaf) against :math:`\sum_j \alpha_{ij} k_j` with the model's :math:`\alpha`. Control: the
+    responsibilities removed, :math:`\sum_{j \le i} k_j`.
 
-Verdict. REFUTED if (a) or (b) exceeds ``law_tol`` (1e-10, float64). Otherwise SUPPORTED if (c) is at most
-``theorem1_tol`` (1e-6: the score gradient *is* a multiple of the responsibilities, Theorem 1 as stated), else
-PARTIAL: values and W_V receive exactly responsibility-weighted updates, but the scores' gradient is a
-responsibility-gated advantage, not the responsibility. (c) of at least 0.1 (``theorem1_far``) is called far from it.
+Each control removes one ingredient the text names (the responsibilities, the baseline, the gate). How far the
+responsibilities are from uniform is reported apart, as the miss of the laws with uniform weights over the visible
+keys (``uniform_*``): a description of the trained model, not part of the verdict.
+
+Verdict (thresholds in ``Config``). A part *holds* if all its laws and properties are within ``law_tol`` (1e-10,
+float64 round-off) in every head and all its controls miss by at least ``control_min`` (0.1) in every head; it
+*fails* if a law exceeds ``law_tol``; it is *undecided* if the laws hold but a control comes closer (in that head
+the check cannot tell the responsibilities from the wrong weighting). SUPPORTED if all four parts hold; REFUTED if
+the value side and the score side both fail; PARTIAL otherwise (the summary names the parts).
+
+The earlier rule, replaced (issue 10). This module used to compare (a) and (b) with laws computed by the same
+matrix products autograd's backward uses (residuals exactly 0.0), and decided on a "Theorem-1 form": SUPPORTED if
+the best per-row fit :math:`G_i \approx -c_i \alpha_i` leaves at most 1e-6, else PARTIAL. That tests a reading the
+text does not make (§4.4 calls score gradients advantages, not responsibilities) and its SUPPORTED branch cannot be
+reached: rows of :math:`G` sum to 0 while :math:`\alpha_i` sums to 1, which bounds the fit's relative residual
+below by :math:`1/\sqrt{T}`. That residual and the verdict the old rule gives are still reported
+(``referee_reading_*``, ``old_rule_verdict``).
+
+A first draft of the present rule (commit 62a6194, before any of its numbers were seen) used uniform weights as
+the control of the value, :math:`W_V` and Hopfield laws, with the same ``control_min``. It was wrong: that control
+measures how far the model's responsibilities are from uniform, not whether the check can fail. In the second
+layer the heads attend almost uniformly over the visible keys (plausibly because the task's posterior is uniform
+over the unseen values), the uniform :math:`W_V` law misses by only 0.05–0.18 there, and the verdict flipped with
+the seed (quick seeds 0, 1, 2: PARTIAL, PARTIAL, SUPPORTED), while every law held to 1e-14. The verdict that draft
+gives is still reported (``uniform_control_verdict``).
 """
 
 import math
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
-from implicit_em.experiments._base import Context, Experiment, Result, Verdict, criterion, pyplot, torch_threads
-from implicit_em.probes import AttentionProbe, routing_law, value_law
+from implicit_em.experiments._base import (
+    Context,
+    Criterion,
+    Experiment,
+    Result,
+    Verdict,
+    criterion,
+    pyplot,
+    torch_threads,
+)
+from implicit_em.probes import AttentionProbe
 from implicit_em.windtunnel.models import Block, CausalSelfAttention, CausalTransformer
 from implicit_em.windtunnel.tasks import BijectionTask, bijection_entropy_without_replacement
 from implicit_em.windtunnel.train import windtunnel_loss
+
+Array = np.ndarray
+State = Literal["holds", "fails", "undecided"]
 
 
 @dataclass(frozen=True)
@@ -56,11 +113,16 @@ class Config:
     lr: float = 3e-3
     probe_batch: int = 32  # sequences in the float64 capture
     seeds: int = 1  # independent models (seed, seed + 1, ...)
-    # verdict thresholds (module docstring): the exact laws hold to float64 round-off; "Theorem 1 as stated" if the
-    # best −c·α fit leaves at most 1e-6; a residual of at least 0.1 is called "far from" it in the summary
+    # verdict thresholds (module docstring), fixed before the laws were evaluated independently (issue 10):
+    # exact identities hold to float64 round-off, ~1e-10 relative (STYLE.md §5); the nearest wrong law must miss
+    # by O(1), at least a tenth of the gradient's size (issue 10: "must miss by O(1)")
     law_tol: float = 1e-10
-    theorem1_tol: float = 1e-6
-    theorem1_far: float = 0.1
+    control_min: float = 0.1
+    # descriptive only (not in the verdict): a query row is concentrated if max_j α_ij ≥ 0.9, diffuse if < 0.5
+    concentrated: float = 0.9
+    diffuse: float = 0.5
+    # the replaced rule, reported for comparison: "Theorem 1 form" if the best −c·α fit leaves at most 1e-6
+    old_theorem1_tol: float = 1e-6
 
     @classmethod
     def quick(cls) -> "Config":
@@ -71,24 +133,173 @@ class Config:
         return cls(n_symbols=12, n_layers=2, n_heads=4, d_model=64, steps=1500, batch_size=128, probe_batch=64, seeds=3)
 
 
-def _relative(residual: Tensor, reference: Tensor) -> float:
-    """max |residual| / max |reference| (0 when both vanish)."""
-    scale = float(reference.abs().max())
-    err = float(residual.abs().max())
-    return err / scale if scale > 0 else err
+# --------------------------------------------------------------------------------------------------------------
+# The laws, evaluated independently in numpy float64 (explicit index sums; shapes as in probes/capture.py:
+# alpha (B, H, T, S), q (B, H, T, E), k and v (B, H, S, E), g (B, H, T, E), x (B, T, D))
+# --------------------------------------------------------------------------------------------------------------
 
 
-def theorem1_fit(grad_scores: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
-    r"""Best per-row fit :math:`g_i \approx -c_i \alpha_i` and its residual, for (B, H, T, S) tensors.
+def _sum(spec: str, *operands: Array) -> Array:
+    """``np.einsum`` without BLAS or a contraction path: the sum over the indices, written out."""
+    return np.asarray(np.einsum(spec, *operands, optimize=False))
 
-    :math:`c_i = -(g_i \cdot \alpha_i)/(\alpha_i \cdot \alpha_i)` minimises :math:`\|g_i + c_i \alpha_i\|`.
-    Returns (the fit :math:`-c\alpha`, the per-head relative residual :math:`\|g + c\alpha\|_F/\|g\|_F`, (H,)).
-    """
-    c = -(grad_scores * weights).sum(-1, keepdim=True) / (weights * weights).sum(-1, keepdim=True)  # (B, H, T, 1)
-    fit = -c * weights
-    resid = (grad_scores - fit).square().sum(dim=(0, 2, 3)).sqrt()
-    norm = grad_scores.square().sum(dim=(0, 2, 3)).sqrt()
-    return fit, resid / norm
+
+def value_law_np(alpha: Array, g: Array) -> Array:
+    r""":math:`\partial\ell/\partial v_j = \sum_i \alpha_{ij} g_i`, (B, H, S, E)."""
+    return _sum("bhij,bhie->bhje", alpha, g)
+
+
+def advantages_np(alpha: Array, v: Array, g: Array) -> tuple[Array, Array]:
+    r""":math:`a_{ij} = g_i \cdot v_j` (B, H, T, S) and the baseline :math:`\bar a_i = \sum_k \alpha_{ik} a_{ik}`
+    (B, H, T, 1)."""
+    a = _sum("bhie,bhje->bhij", g, v)
+    return a, _sum("bhij,bhij->bhi", alpha, a)[..., None]
+
+
+def routing_law_np(alpha: Array, v: Array, g: Array, baseline: bool = True) -> Array:
+    r""":math:`\partial\ell/\partial s_{ij} = \alpha_{ij}(a_{ij} - \bar a_i)` (``baseline=False``: the control
+    :math:`\alpha_{ij} a_{ij}`), (B, H, T, S)."""
+    a, a_bar = advantages_np(alpha, v, g)
+    return alpha * (a - a_bar) if baseline else alpha * a
+
+
+def w_v_law_np(alpha: Array, g: Array, x: Array) -> Array:
+    r""":math:`\partial\ell/\partial W_V = \sum_{ij} \alpha_{ij} g_i x_j^\top` per head, (H, E, D)."""
+    return _sum("bhij,bhie,bjd->hed", alpha, g, x)
+
+
+def w_q_law_np(grad_s: Array, k: Array, x: Array, scale: float) -> Array:
+    r""":math:`\partial\ell/\partial W_Q = c \sum_{ij} G_{ij} k_j x_i^\top` per head, (H, E, D)."""
+    return scale * _sum("bhij,bhje,bid->hed", grad_s, k, x)
+
+
+def w_k_law_np(grad_s: Array, q: Array, x: Array, scale: float) -> Array:
+    r""":math:`\partial\ell/\partial W_K = c \sum_{ij} G_{ij} q_i x_j^\top` per head, (H, E, D)."""
+    return scale * _sum("bhij,bhie,bjd->hed", grad_s, q, x)
+
+
+def hopfield_law_np(alpha: Array, k: Array) -> Array:
+    r"""The read-out with values = keys, :math:`\sum_j \alpha_{ij} k_j`, (B, H, T, E)."""
+    return _sum("bhij,bhje->bhie", alpha, k)
+
+
+def unit_weights(visible: Array) -> Array:
+    """The control weights: 1 on every visible key (the responsibilities removed), (..., T, S) from a boolean
+    mask."""
+    return visible.astype(np.float64)
+
+
+def uniform_weights(visible: Array) -> Array:
+    """Uniform weights over the visible keys of each query row, (..., T, S) from a boolean mask (the description
+    of how far the responsibilities are from uniform)."""
+    w = unit_weights(visible)
+    return w / np.maximum(w.sum(-1, keepdims=True), 1.0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Residuals per head, and the three properties of a score gradient G that "responsibility-gated advantage" names
+# --------------------------------------------------------------------------------------------------------------
+
+
+def per_head_max(x: Array, head_axis: int = 1) -> Array:
+    """max |x| over every axis but ``head_axis``, shape (H,)."""
+    return np.abs(np.moveaxis(x, head_axis, 0)).reshape(x.shape[head_axis], -1).max(axis=1)
+
+
+def relative(diff: Array, ref: Array, head_axis: int = 1) -> Array:
+    """max |diff| / max |ref| per head (0 where both vanish)."""
+    num, den = per_head_max(diff, head_axis), per_head_max(ref, head_axis)
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), num)
+
+
+def advantage_range(a: Array, visible: Array) -> Array:
+    r""":math:`R_i = \max_j a_{ij} - \min_j a_{ij}` over the visible keys, (B, H, T, 1)."""
+    hi = np.where(visible, a, -np.inf).max(-1, keepdims=True)
+    lo = np.where(visible, a, np.inf).min(-1, keepdims=True)
+    return np.asarray(hi - lo)
+
+
+def centring_violation(grad_s: Array) -> Array:
+    r"""max_i :math:`|\sum_j G_{ij}|` / max :math:`|G|` per head (0 for a centred advantage)."""
+    return relative(grad_s.sum(-1), grad_s)
+
+
+def key_gate_violation(grad_s: Array, alpha: Array, a: Array, visible: Array) -> Array:
+    r"""max over visible pairs of :math:`(|G_{ij}| - \alpha_{ij} R_i)_+` / max :math:`|G|` per head (0 when every
+    key's score gradient is within its responsibility times the advantage range)."""
+    excess = np.where(visible, np.abs(grad_s) - alpha * advantage_range(a, visible), 0.0)
+    return relative(np.maximum(excess, 0.0), grad_s)
+
+
+def gate_tightness(grad_s: Array, alpha: Array, a: Array, visible: Array) -> tuple[float, float]:
+    r"""How close a score gradient comes to the two gates: max :math:`|G_{ij}|/(\alpha_{ij} R_i)` over visible pairs
+    and max :math:`\sum_j|G_{ij}| / (2(1-\max_j\alpha_{ij})R_i)` over rows, where the bound is positive (1: the bound
+    is attained; above 1: violated)."""
+    r_range = advantage_range(a, visible)
+    key_bound = np.where(visible, alpha * r_range, 0.0)
+    row_bound = 2.0 * (1.0 - alpha.max(-1, keepdims=True)) * r_range
+    l1 = np.abs(np.where(visible, grad_s, 0.0)).sum(-1, keepdims=True)
+    key = np.abs(grad_s)[key_bound > 0] / key_bound[key_bound > 0]
+    row = l1[row_bound > 0] / row_bound[row_bound > 0]
+    return float(key.max(initial=0.0)), float(row.max(initial=0.0))
+
+
+def row_gate_violation(grad_s: Array, alpha: Array, a: Array, visible: Array) -> Array:
+    r"""max over rows of :math:`(\sum_j |G_{ij}| - 2(1 - \max_j\alpha_{ij}) R_i)_+` / max row :math:`\ell_1` per
+    head (0 when every row's score gradient vanishes as its weights concentrate)."""
+    l1 = np.abs(np.where(visible, grad_s, 0.0)).sum(-1, keepdims=True)
+    bound = 2.0 * (1.0 - alpha.max(-1, keepdims=True)) * advantage_range(a, visible)
+    return relative(np.maximum(l1 - bound, 0.0), l1)
+
+
+def theorem1_fit(grad_s: Array, alpha: Array) -> tuple[Array, Array]:
+    r"""The replaced rule's reading: best per-row :math:`G_i \approx -c_i \alpha_i`, :math:`c_i = -(G_i\cdot\alpha_i)
+    /(\alpha_i\cdot\alpha_i)`. Returns (the fit, per-head :math:`\|G + c\alpha\|_F/\|G\|_F`, (H,))."""
+    c = -(grad_s * alpha).sum(-1, keepdims=True) / (alpha * alpha).sum(-1, keepdims=True)
+    fit = -c * alpha
+    resid = np.sqrt(np.square(grad_s - fit).sum(axis=(0, 2, 3)))
+    return fit, resid / np.sqrt(np.square(grad_s).sum(axis=(0, 2, 3)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The parts of the verdict
+# --------------------------------------------------------------------------------------------------------------
+
+# part -> (its laws and properties, their controls); the names are the keys of the residuals _capture returns
+PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "value side": (("value_law", "w_v_law"), ("value_unweighted", "w_v_unweighted")),
+    "score side": (
+        ("routing_law", "centred", "key_gated", "row_gated"),
+        ("routing_no_baseline", "centred_no_baseline", "key_gated_ungated", "row_gated_ungated"),
+    ),
+    "W_Q, W_K": (("w_q_law", "w_k_law"), ("w_q_no_baseline", "w_k_no_baseline")),
+    "Hopfield read-out": (("hopfield",), ("hopfield_unweighted",)),
+}
+# the first draft's controls (module docstring), reported with the verdict they give
+UNIFORM_CONTROLS = {"value_unweighted": "value_uniform", "w_v_unweighted": "w_v_uniform"}
+UNIFORM_CONTROLS["hopfield_unweighted"] = "hopfield_uniform"
+
+
+def part_state(laws: list[Criterion], controls: list[Criterion]) -> State:
+    """``fails`` if a law's criterion failed, ``undecided`` if the laws held but a control's did not, else
+    ``holds``."""
+    if not all(c.passed for c in laws):
+        return "fails"
+    return "holds" if all(c.passed for c in controls) else "undecided"
+
+
+def decide(states: dict[str, State]) -> Verdict:
+    """SUPPORTED if every part holds; REFUTED if the value side and the score side both fail; else PARTIAL."""
+    if all(s == "holds" for s in states.values()):
+        return "SUPPORTED"
+    if states["value side"] == "fails" and states["score side"] == "fails":
+        return "REFUTED"
+    return "PARTIAL"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Training and the float64 capture
+# --------------------------------------------------------------------------------------------------------------
 
 
 def _train(cfg: Config, seed: int) -> tuple[CausalTransformer, BijectionTask, list[float]]:
@@ -116,8 +327,88 @@ def _attention_of(block: nn.Module) -> CausalSelfAttention:
     return attn
 
 
+def _np(t: Tensor) -> Array:
+    return np.asarray(t.detach().to(torch.float64).cpu().numpy())
+
+
+def _hopfield_autograd(q: Tensor, k: Tensor, visible: Tensor, scale: float) -> Tensor:
+    r""":math:`c^{-1}\nabla_q \log\sum_j \exp(c\,q\cdot k_j)` over the visible keys, by autograd on a fresh leaf."""
+    leaf = q.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        s = (torch.matmul(leaf, k.detach().transpose(-2, -1)) * scale).masked_fill(~visible, float("-inf"))
+        (grad,) = torch.autograd.grad(torch.logsumexp(s, dim=-1).sum(), leaf)
+    return grad / scale
+
+
+def _layer_residuals(site: dict[str, Tensor], grad_qkv: Tensor, x: Tensor, scale: float) -> dict[str, Any]:
+    """Every law and control of one layer against autograd, per head; plus what the figure and the gating
+    description need."""
+    alpha, q, k, v, g = (_np(site[n]) for n in ("hook_pattern", "hook_q", "hook_k", "hook_v", "hook_z_grad"))
+    grad_s, grad_v, xs = _np(site["hook_attn_scores_grad"]), _np(site["hook_v_grad"]), _np(x)
+    h, e, t = alpha.shape[1], v.shape[-1], alpha.shape[-2]
+    visible = np.tril(np.ones((t, alpha.shape[-1]), dtype=bool))  # causal: query i sees keys j <= i
+    grad_w = {n: _np(w).reshape(h, e, -1) for n, w in zip("qkv", grad_qkv.chunk(3, dim=0), strict=True)}
+    uniform = np.broadcast_to(uniform_weights(visible), alpha.shape)
+    unit = np.broadcast_to(unit_weights(visible), alpha.shape)
+    a, a_bar = advantages_np(alpha, v, g)
+    law_s, no_base = routing_law_np(alpha, v, g), routing_law_np(alpha, v, g, baseline=False)
+    ungated = np.where(visible, a - a_bar, 0.0)
+    hop_grad = _np(_hopfield_autograd(site["hook_q"], site["hook_k"], torch.from_numpy(visible), scale))
+    law_v, law_wv = value_law_np(alpha, g), w_v_law_np(alpha, g, xs)
+    res = {
+        "value_law": relative(grad_v - law_v, grad_v),
+        "value_unweighted": relative(grad_v - value_law_np(unit, g), grad_v),
+        "value_uniform": relative(grad_v - value_law_np(uniform, g), grad_v),
+        "w_v_law": relative(grad_w["v"] - law_wv, grad_w["v"], 0),
+        "w_v_unweighted": relative(grad_w["v"] - w_v_law_np(unit, g, xs), grad_w["v"], 0),
+        "w_v_uniform": relative(grad_w["v"] - w_v_law_np(uniform, g, xs), grad_w["v"], 0),
+        "routing_law": relative(grad_s - law_s, grad_s),
+        "routing_no_baseline": relative(grad_s - no_base, grad_s),
+        "centred": centring_violation(grad_s),
+        "centred_no_baseline": centring_violation(no_base),
+        "key_gated": key_gate_violation(grad_s, alpha, a, visible),
+        "key_gated_ungated": key_gate_violation(ungated, alpha, a, visible),
+        "row_gated": row_gate_violation(grad_s, alpha, a, visible),
+        "row_gated_ungated": row_gate_violation(ungated, alpha, a, visible),
+        "w_q_law": relative(grad_w["q"] - w_q_law_np(law_s, k, xs, scale), grad_w["q"], 0),
+        "w_q_no_baseline": relative(grad_w["q"] - w_q_law_np(no_base, k, xs, scale), grad_w["q"], 0),
+        "w_k_law": relative(grad_w["k"] - w_k_law_np(law_s, q, xs, scale), grad_w["k"], 0),
+        "w_k_no_baseline": relative(grad_w["k"] - w_k_law_np(no_base, q, xs, scale), grad_w["k"], 0),
+        "hopfield": relative(hop_grad - hopfield_law_np(alpha, k), hop_grad),
+        "hopfield_unweighted": relative(hop_grad - hopfield_law_np(unit, k), hop_grad),
+        "hopfield_uniform": relative(hop_grad - hopfield_law_np(uniform, k), hop_grad),
+    }
+    # rows with at least two visible keys and a nonzero advantage range: how much of the range reaches the scores
+    r_range = advantage_range(a, visible)[..., 0]
+    rows = (visible.sum(-1) >= 2)[None, None] & (r_range > 0)
+    gate = np.abs(grad_s).sum(-1) / np.where(rows, r_range, 1.0)
+    law_w = [w_q_law_np(law_s, k, xs, scale), w_k_law_np(law_s, q, xs, scale), law_wv]
+    extra = {
+        "referee": theorem1_fit(grad_s, alpha)[1],
+        "tightness": gate_tightness(grad_s, alpha, a, visible),
+        "rows": {
+            "p": alpha.max(-1)[rows],
+            "gate": gate[rows],
+            "ungated": (np.abs(ungated).sum(-1) / np.where(rows, r_range, 1.0))[rows],
+            "g_norm": np.linalg.norm(g, axis=-1)[rows],
+        },
+        "points": {
+            "grad_v": grad_v,
+            "law_v": law_v,
+            "unweighted_v": value_law_np(unit, g),
+            "grad_s": grad_s,
+            "law_s": law_s,
+            "no_base": no_base,
+            "grad_w": np.concatenate([grad_w[n].ravel() for n in "qkv"]),
+            "law_w": np.concatenate([w.ravel() for w in law_w]),
+            "visible": np.broadcast_to(visible, alpha.shape),
+        },
+    }
+    return {"residuals": res, **extra}
+
+
 def _capture(model: CausalTransformer, task: BijectionTask, cfg: Config, seed: int) -> dict[str, Any]:
-    """Float64 forward and backward on a fresh batch under the probe; residuals of the three forms per head."""
+    """Float64 forward and backward on a fresh batch under the probe; per layer the residuals of every law."""
     model = model.double()
     model.zero_grad(set_to_none=True)
     batch = task.sample(cfg.probe_batch, torch.Generator().manual_seed(10_000 + seed))
@@ -136,77 +427,79 @@ def _capture(model: CausalTransformer, task: BijectionTask, cfg: Config, seed: i
         for handle in hooks:
             handle.remove()
     cache = probe.cache
-    out: dict[str, Any] = {"value": [], "w_v": [], "routing": [], "theorem1": [], "cos": [], "points": []}
+    layers = []
     for layer, attn in enumerate(attns):
-        site = f"blocks.{layer}.attn"
-        a, v = cache[f"{site}.hook_pattern"], cache[f"{site}.hook_v"]  # (B, H, T, S), (B, H, S, Dv)
-        u, g = cache[f"{site}.hook_z_grad"], cache[f"{site}.hook_attn_scores_grad"]  # (B, H, T, Dv), (B, H, T, S)
-        gv = cache[f"{site}.hook_v_grad"]  # (B, H, S, Dv)
-        law_v = value_law(a, u)
-        law_s = routing_law(a, v, u)
-        # The paper's persistent form: dl/dW_V = sum_ij alpha_ij u_i x_j^T, the value rows of the qkv weight.
+        prefix = f"blocks.{layer}.attn."
+        site = {name[len(prefix) :]: t for name, t in cache.items() if name.startswith(prefix)}
         assert attn.qkv.weight.grad is not None
-        d = attn.qkv.weight.shape[1]
-        grad_wv = attn.qkv.weight.grad[2 * d :]  # (D, D): rows h * Dv + e
-        law_wv = torch.einsum("bhje,bjd->hed", law_v, inputs[layer]).reshape(d, d)
-        fit, rel = theorem1_fit(g, a)
-        cos = (g * -a).sum(-1) / (g.norm(dim=-1) * a.norm(dim=-1)).clamp_min(1e-300)  # (B, H, T)
-        rows = g.norm(dim=-1) > 1e-12 * float(g.abs().max())  # rows whose gradient is not zero (T > 0)
-        for h in range(a.shape[1]):
-            out["value"].append(_relative(gv[:, h] - law_v[:, h], gv[:, h]))
-            out["routing"].append(_relative(g[:, h] - law_s[:, h], g[:, h]))
-            out["theorem1"].append(float(rel[h]))
-            out["cos"].append(float(cos[:, h][rows[:, h]].abs().median()))
-        out["w_v"].append(_relative(grad_wv - law_wv, grad_wv))
-        keep = a > 0  # causal mask: only the keys a query can see
-        out["points"].append(
-            {
-                "g": g[keep],
-                "law_s": law_s[keep],
-                "fit": fit[keep],
-                "a": a[keep],
-                "gv": gv.flatten(),
-                "law_v": law_v.flatten(),
-            }
-        )
-    out["loss"] = float(loss.detach())
-    return out
+        scale = 1.0 / math.sqrt(attn.qkv.weight.shape[1] // attn.n_heads)  # the default 1/sqrt(d_k)
+        layers.append(_layer_residuals(site, attn.qkv.weight.grad, inputs[layer], scale))
+    return {"layers": layers, "loss": float(loss.detach())}
 
 
-def _figure(ctx: Context, points: dict[str, Tensor], theorem1: list[float], losses: list[float], cfg: Config) -> str:
+# --------------------------------------------------------------------------------------------------------------
+# Figure, verdict, result
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _sample(n: int, k: int = 4000) -> Array:
+    return np.random.default_rng(0).permutation(n)[:k] if n > k else np.arange(n)
+
+
+def _figure(
+    ctx: Context,
+    points: dict[str, Array],
+    rows: dict[str, Array],
+    heads: dict[str, list[float]],
+    losses: list[float],
+    cfg: Config,
+) -> str:
     plt = pyplot()
-    p = {k: t.numpy() for k, t in points.items()}
+    p = points
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
     ax = axes.ravel()
 
-    def diagonal(a: Any, x: Any, y: Any, color: str, xlabel: str, ylabel: str, title: str) -> None:
-        lim = float(abs(y).max()) * 1.05
-        a.scatter(x, y, s=3, alpha=0.5, color=color)
+    def diagonal(a: Any, x: Array, y: Array, label: str, control: Array | None, title: str) -> None:
+        idx = _sample(x.size)
+        lim = float(np.abs(y).max()) * 1.05
+        if control is not None:
+            a.scatter(control.ravel()[idx], y.ravel()[idx], s=3, alpha=0.4, color="C7", label="control (wrong law)")
+        a.scatter(x.ravel()[idx], y.ravel()[idx], s=3, alpha=0.6, color="C0", label="law (numpy float64)")
         a.plot([-lim, lim], [-lim, lim], "k--", lw=0.8)
-        a.set(xlabel=xlabel, ylabel=ylabel, title=title)
+        a.set(xlabel=label, ylabel="autograd", title=title, xlim=(-lim, lim), ylim=(-lim, lim))
+        a.legend(fontsize=8, loc="upper left")
 
-    diagonal(ax[0], p["law_v"], p["gv"], "C0", "value law Σ_i α_ij u_i", "autograd ∂ℓ/∂v", "(a) value law: exact")
-    diagonal(ax[1], p["law_s"], p["g"], "C0", "routing law α(b − E_α b)", "autograd ∂ℓ/∂s", "(b) routing law: exact")
-    diagonal(ax[2], p["fit"], p["g"], "C3", "best per-query fit −c·α", "autograd ∂ℓ/∂s", "(c) Theorem-1 form −c·α")
-    ax[3].scatter(p["a"], p["g"], s=3, alpha=0.5, color="C2")
-    ax[3].axhline(0.0, color="k", lw=0.8)
-    ax[3].set(xlabel="responsibility α_ij", ylabel="autograd ∂ℓ/∂s", title="score gradient vs responsibility")
-    ax[4].bar(range(len(theorem1)), theorem1, color="C3")
-    ax[4].axhline(cfg.theorem1_far, color="k", ls=":", lw=0.8)  # the 'far from' threshold
-    ax[4].set(
-        xlabel="layer × head (all seeds)",
-        ylabel="‖g + cα‖ / ‖g‖",
-        title=f"(c) residual per head (dotted: {cfg.theorem1_far})",
-        ylim=(0, 1.05),
-    )
-    ax[4].set_xticks(range(len(theorem1)))
-    ax[5].plot(losses, lw=0.8, label="train loss (seed 0)")
+    vis = p["visible"]
+    diagonal(ax[0], p["law_v"], p["grad_v"], "Σ_i α_ij g_i", p["unweighted_v"], "(a) value law ∂ℓ/∂v")
+    diagonal(ax[1], p["law_s"][vis], p["grad_s"][vis], "α_ij (a_ij − ā_i)", p["no_base"][vis], "(b) routing law ∂ℓ/∂s")
+    diagonal(ax[2], p["law_w"], p["grad_w"], "law for W_Q, W_K, W_V", None, "(a, c) ∂ℓ/∂W_{Q,K,V}")
+    idx = _sample(rows["p"].size)
+    one_minus_p = 1.0 - rows["p"][idx]
+    ax[3].scatter(one_minus_p, rows["ungated"][idx], s=4, alpha=0.3, color="C7", label="control: Σ_j|a_ij − ā_i| / R_i")
+    ax[3].scatter(one_minus_p, rows["gate"][idx], s=4, alpha=0.5, color="C2", label="autograd: Σ_j|∂ℓ/∂s_ij| / R_i")
+    grid = np.linspace(0.0, 1.0, 50)
+    ax[3].plot(grid, 2 * grid, "k--", lw=0.8, label="gate bound 2(1 − max α)")
+    ax[3].set(xlabel="1 − max_j α_ij", ylabel="score gradient / advantage range R_i", xlim=(0, 1))
+    ax[3].set(title="(b) gated per query row (all rows)", ylim=(0, 2.2))
+    ax[3].legend(fontsize=8)
+    bars = [(n, max(heads[n]), "C0") for laws, _ in PARTS.values() for n in laws]
+    bars += [(n, min(heads[n]), "C7") for _, controls in PARTS.values() for n in controls]
+    bars += [(n, min(heads[n]), "C1") for n in UNIFORM_CONTROLS.values()]
+    names = [b[0] for b in bars]
+    ax[4].bar(range(len(bars)), [max(b[1], 1e-18) for b in bars], color=[b[2] for b in bars])
+    ax[4].set_yscale("log")
+    ax[4].axhline(cfg.law_tol, color="C3", ls=":", lw=0.8, label=f"law_tol {cfg.law_tol:g}")
+    ax[4].axhline(cfg.control_min, color="k", ls=":", lw=0.8, label=f"control_min {cfg.control_min:g}")
+    ax[4].set_xticks(range(len(names)), names, rotation=70, fontsize=7)
+    ax[4].set(ylabel="relative residual", title="laws (blue, max); controls, uniform α (grey, orange, min)")
+    ax[4].legend(fontsize=8)
+    ax[5].plot(losses, lw=0.8, label="train loss (first seed)")
     ax[5].axhline(math.log(cfg.n_symbols), color="C7", ls="--", lw=0.8, label="no-context (log V)")
     bayes = float(bijection_entropy_without_replacement(cfg.n_symbols).mean()) * math.log(2)
     ax[5].axhline(bayes, color="k", ls=":", lw=0.8, label="Bayes posterior")
     ax[5].set(xlabel="Adam step", ylabel="cross-entropy (nats)", title="training (float32)")
     ax[5].legend(fontsize=8)
-    fig.suptitle("Attention in a trained transformer, float64 capture (last layer, first seed)")
+    fig.suptitle("Attention in a trained transformer, float64 capture (a–c: last layer, first seed; grey: controls)")
     fig.tight_layout()
     return ctx.save_figure(fig, "attention_law", dpi=100)
 
@@ -216,86 +509,146 @@ def run(cfg: Config, ctx: Context) -> Result:
         return _run(cfg, ctx)
 
 
+def _median(x: Array) -> float:
+    return float(np.median(x)) if x.size else float("nan")
+
+
 def _run(cfg: Config, ctx: Context) -> Result:
     t0 = time.perf_counter()
-    value, w_v, routing, theorem1, cos, first_loss, last_loss = [], [], [], [], [], [], []
-    points: dict[str, Tensor] | None = None
+    heads: dict[str, list[float]] = {}  # residual name -> one value per head (all layers, all seeds)
+    referee: list[float] = []
+    tight_key, tight_row = 0.0, 0.0
+    rows: dict[str, list[Array]] = {"p": [], "gate": [], "ungated": [], "g_norm": []}
+    first_loss: list[float] = []
+    last_loss: list[float] = []
     losses: list[float] = []
-    for k in range(cfg.seeds):
-        model, task, losses_k = _train(cfg, cfg.seed + k)
-        cap = _capture(model, task, cfg, cfg.seed + k)
-        value += cap["value"]
-        w_v += cap["w_v"]
-        routing += cap["routing"]
-        theorem1 += cap["theorem1"]
-        cos += cap["cos"]
-        first_loss.append(sum(losses_k[:5]) / 5)
-        last_loss.append(sum(losses_k[-5:]) / 5)
-        if points is None:
-            points, losses = cap["points"][-1], losses_k  # last layer of the first seed
-    assert points is not None
-    laws = max(max(value), max(w_v), max(routing))
-    t1_min = min(theorem1)
-    criteria = [
-        criterion("max relative residual of the value, W_V and routing laws", laws, "<=", cfg.law_tol),
-        criterion("theorem1_rel_residual_max", max(theorem1), "<=", cfg.theorem1_tol),
-        criterion("theorem1_rel_residual_min (far from Theorem 1 form)", t1_min, ">=", cfg.theorem1_far),
-    ]
-    laws_hold, theorem1_form, far_from_it = (c.passed for c in criteria)
-    verdict: Verdict
-    if not laws_hold:
-        verdict, summary = "REFUTED", f"an exact attention law failed in float64 (max relative residual {laws:.2e})"
-    elif theorem1_form:
-        verdict, summary = "SUPPORTED", "the score gradient is a multiple of the responsibilities (Theorem 1 form)"
-    else:
-        far = "far from" if far_from_it else "not within tolerance of"
-        verdict = "PARTIAL"
-        summary = (
-            f"value and W_V gradients are exactly responsibility-weighted (max rel. residual {max(value + w_v):.1e}) "
-            f"and the routing law holds ({max(routing):.1e}); but the score gradient is an advantage gated by α, "
-            f"{far} −c·α: relative residual {t1_min:.2f}–{max(theorem1):.2f} per head, so Theorem 1 is not "
-            "instantiated as stated (the referee's point)"
+    shown: dict[str, Any] | None = None
+    for s in range(cfg.seeds):
+        model, task, losses_s = _train(cfg, cfg.seed + s)
+        for layer in _capture(model, task, cfg, cfg.seed + s)["layers"]:
+            for name, values in layer["residuals"].items():
+                heads.setdefault(name, []).extend(float(v) for v in values)
+            referee.extend(float(v) for v in layer["referee"])
+            tight_key, tight_row = max(tight_key, layer["tightness"][0]), max(tight_row, layer["tightness"][1])
+            for key in rows:
+                rows[key].append(layer["rows"][key])
+            if s == 0:
+                shown = layer  # the figure's scatter: last layer of the first seed
+        first_loss.append(sum(losses_s[:5]) / 5)
+        last_loss.append(sum(losses_s[-5:]) / 5)
+        losses = losses if losses else losses_s
+    assert shown is not None
+
+    criteria: list[Criterion] = []
+    states: dict[str, State] = {}
+    for part, (law_names, control_names) in PARTS.items():
+        laws = [criterion(f"{part}: {n} (max over heads)", max(heads[n]), "<=", cfg.law_tol) for n in law_names]
+        controls = [
+            criterion(f"{part}: control {n} (min over heads)", min(heads[n]), ">=", cfg.control_min)
+            for n in control_names
+        ]
+        criteria += laws + controls
+        states[part] = part_state(laws, controls)
+    verdict = decide(states)
+    first_draft: dict[str, State] = {}  # the same rule with the first draft's uniform-weight controls
+    for part, (law_names, control_names) in PARTS.items():
+        laws = [criterion(n, max(heads[n]), "<=", cfg.law_tol) for n in law_names]
+        controls = [criterion(n, min(heads[UNIFORM_CONTROLS.get(n, n)]), ">=", cfg.control_min) for n in control_names]
+        first_draft[part] = part_state(laws, controls)
+
+    pooled = {k: np.concatenate(v) for k, v in rows.items()}
+    p, gate, g_norm = pooled["p"], pooled["gate"], pooled["g_norm"]
+    conc, diff = p >= cfg.concentrated, p < cfg.diffuse
+    old_rule: Verdict = "SUPPORTED" if max(referee) <= cfg.old_theorem1_tol else "PARTIAL"
+    worst = {part: max(max(heads[n]) for n in PARTS[part][0]) for part in PARTS}
+    closest = {part: min(min(heads[n]) for n in PARTS[part][1]) for part in PARTS}
+    parts_text = "; ".join(
+        f"{part} {state} (law ≤ {worst[part]:.0e}, control ≥ {closest[part]:.2f})" for part, state in states.items()
+    )
+    lead = {
+        "SUPPORTED": "every law of §4.2 matches autograd to float64 round-off when evaluated independently, and each "
+        "wrong law misses by O(1): values and W_V are responsibility-weighted, score gradients (hence W_Q, W_K) are "
+        "centred advantages gated by α",
+        "PARTIAL": "not every part is confirmed",
+        "REFUTED": "neither the value-side nor the score-side laws match autograd",
+    }[verdict]
+    undecided = [part for part, state in states.items() if state == "undecided"]
+    failed = [part for part, state in states.items() if state == "fails"]
+    if failed:
+        lead += f"; {', '.join(failed)}: a law misses autograd by more than {cfg.law_tol:g}"
+    if undecided:
+        lead += (
+            f"; {', '.join(undecided)}: the laws hold, but in some head a wrong law (the control) comes closer to "
+            f"autograd than {cfg.control_min:g}, so there the check does not separate them by O(1)"
         )
-    no_context = math.log(cfg.n_symbols)  # CE of the uniform predictor (nats)
-    bayes = float(bijection_entropy_without_replacement(cfg.n_symbols).mean()) * math.log(2)  # CE of the posterior
+    summary = (
+        f"{lead}. {parts_text}. Rows with max α ≥ {cfg.concentrated:g} ({conc.mean():.1%} of rows) pass a median "
+        f"{_median(gate[conc]):.3f} of their advantage range to the scores, diffuse rows {_median(gate[diff]):.3f}"
+    )
     metrics: dict[str, Any] = {
-        "value_law_rel_residual_max": max(value),
-        "w_v_law_rel_residual_max": max(w_v),
-        "routing_law_rel_residual_max": max(routing),
-        "theorem1_rel_residual_min": t1_min,
-        "theorem1_rel_residual_median": statistics.median(theorem1),
-        "theorem1_rel_residual_max": max(theorem1),
-        "theorem1_rel_residual_per_head": theorem1,
-        "theorem1_explained_energy_max": 1.0 - t1_min**2,
-        "cos_score_grad_vs_minus_alpha_median": statistics.median(cos),
+        **{f"{n}_max": max(heads[n]) for part in PARTS.values() for n in part[0]},
+        **{f"control_{n}_min": min(heads[n]) for part in PARTS.values() for n in part[1]},
+        "part_states": states,
+        **{f"{n}_min": min(heads[n]) for n in UNIFORM_CONTROLS.values()},
+        "uniform_control_verdict": decide(first_draft),
+        "key_gate_tightness_max": tight_key,
+        "row_gate_tightness_max": tight_row,
+        "residuals_per_head": heads,
+        "rows_checked": int(p.size),
+        "rows_concentrated_fraction": float(conc.mean()),
+        "score_gate_median_concentrated": _median(gate[conc]),
+        "score_gate_median_diffuse": _median(gate[diff]),
+        "upstream_norm_median_concentrated": _median(g_norm[conc]),
+        "upstream_norm_median_diffuse": _median(g_norm[diff]),
+        "referee_reading_rel_residual_min": min(referee),
+        "referee_reading_rel_residual_max": max(referee),
+        "referee_reading_rel_residual_per_head": referee,
+        "old_rule_verdict": old_rule,
         "train_loss_first5": first_loss,
         "train_loss_last5": last_loss,
-        "no_context_loss": no_context,
-        "bayes_loss": bayes,
-        "heads_checked": len(theorem1),
+        "no_context_loss": math.log(cfg.n_symbols),  # CE of the uniform predictor (nats)
+        "bayes_loss": float(bijection_entropy_without_replacement(cfg.n_symbols).mean()) * math.log(2),
+        "heads_checked": len(heads["value_law"]),
         "seconds": time.perf_counter() - t0,
     }
     details = (
-        f"Config: {asdict(cfg)}. Bijection task V={cfg.n_symbols}, trained {cfg.steps} Adam steps in float32, "
-        f"then one float64 batch of {cfg.probe_batch} sequences captured with AttentionProbe (full mode). "
-        "Residuals are max |autograd − law| / max |autograd| per head (W_V per layer). The Theorem-1 fit allows a "
-        "free scalar per query row, the most generous reading; it must fail because Σ_j ∂ℓ/∂s_ij = 0 while "
-        "Σ_j α_ij = 1. The median |cos(∂ℓ/∂s_i, −α_i)| over rows is also reported. "
-        "The paper text we have does not contain the review's quoted phrase 'each backward pass updates those "
-        "parameters in proportion to the responsibilities'; the claim quotes §4.2's nearest sentence."
+        f"Config: {asdict(cfg)}. Bijection task V={cfg.n_symbols}, trained {cfg.steps} Adam steps in float32, then "
+        f"one float64 batch of {cfg.probe_batch} sequences per model captured with AttentionProbe (full mode) and a "
+        "forward hook for the attention input x. Laws are evaluated in numpy by explicit index sums from the "
+        "captured α, q, k, v, g, x (the W laws as triple sums over query and key positions), autograd's gradients "
+        "come from the probe's hooks and qkv.weight.grad; residuals are max |autograd − law| / max |autograd| per "
+        "head (per head's rows of W). Controls: the responsibilities removed (weight 1 on every visible key) for "
+        "the value, W_V and Hopfield laws; the baseline ā removed for the routing, centring, W_Q and W_K laws; the "
+        "ungated advantage a − ā for the two gates. With uniform weights over the visible keys in place of α the "
+        f"laws miss by {min(heads['value_uniform']):.2f} (value), {min(heads['w_v_uniform']):.2f} (W_V) and "
+        f"{min(heads['hopfield_uniform']):.2f} (Hopfield) in the closest head: how far the responsibilities are "
+        f"from uniform (as controls, the first draft's, they give {decide(first_draft)}). Gates: |∂ℓ/∂s_ij| ≤ "
+        "α_ij R_i and Σ_j|∂ℓ/∂s_ij| ≤ 2(1 − max α_i) R_i with R_i the range of a_ij over visible keys; autograd's "
+        f"score gradient reaches {tight_key:.2f} and {tight_row:.2f} of them at most (rows with one visible key "
+        "have zero score gradient and are skipped in "
+        "the row description). 'Value gradients persist': by the value law each query passes its whole g_i "
+        f"(Σ_j α_ij = 1) to the values; the median ‖g_i‖ is {_median(g_norm[conc]):.2e} on concentrated rows and "
+        f"{_median(g_norm[diff]):.2e} on diffuse ones. The replaced rule (score gradient ≈ −c·α, Theorem 1 as the "
+        f"referee reads it) gives {old_rule}: its residual is {min(referee):.2f}–{max(referee):.2f} per head, and "
+        "cannot fall below 1/√T because score-gradient rows sum to 0 while α sums to 1. The stored paper text does "
+        "not define a_ij, ā_i, g_i (read as g_i·v_j, its α-mean, ∂ℓ/∂o_i, as in DESIGN.md §1)."
     )
-    return Result(verdict, summary, metrics, criteria, [_figure(ctx, points, theorem1, losses, cfg)], details)
+    return Result(
+        verdict, summary, metrics, criteria, [_figure(ctx, shown["points"], pooled, heads, losses, cfg)], details
+    )
 
 
 EXPERIMENT = Experiment(
     name="attention_law",
-    title="Attention: responsibility-weighted value updates, advantage-weighted score gradients",
+    title="Attention: responsibility-weighted value updates, responsibility-gated score advantages",
     claim=(
         "The mixture is re-instantiated for every query, but the underlying parameters—$W_{Q}$, $W_{K}$, "
-        "$W_{V}$—accumulate responsibility-weighted updates across all queries and all training examples."
+        "$W_{V}$—accumulate responsibility-weighted updates across all queries and all training examples. [...] "
+        "When the LSE is inside the network (attention), value gradients are exactly responsibility-weighted while "
+        "score gradients are responsibility-gated advantages."
     ),
-    source="paper §4.2; review-implicit-em.json: referee major comment 2 ('softmax attention is a network layer, "
-    "not a loss')",
+    source="paper §4.2 (with its laws for ∂L/∂v_j, ∂L/∂s_ij, ∂L/∂W_V and the Hopfield identity) and §4.4; "
+    "review-implicit-em.json: referee major comment 2 ('softmax attention is a network layer, not a loss')",
     Config=Config,
     run=run,
 )
