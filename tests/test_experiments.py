@@ -187,20 +187,7 @@ def test_save_figure_refuses_a_name_that_leaves_the_figures_folder(tmp_path: Pat
     plt.close(fig)
 
 
-# --- the lead's experiments at the quick size ---------------------------------------------------------------------
-
-
-def test_theorem1_holds_to_round_off_in_both_dtypes(tmp_path: Path) -> None:
-    r = theorem1.run(theorem1.Config.quick(), _ctx(tmp_path))
-    m = r.metrics
-    assert r.verdict == "SUPPORTED"
-    assert m["max_residual_float64"] < 1e-12
-    assert m["max_scaled_residual_float32 (eps·max|d| units)"] <= 16
-    assert m["L_minus_gradient_minus_plus_r"] < 1e-12  # the minimisation form has gradient +r
-    assert m["L_minus_gradient_minus_minus_r (≈ 2·max r)"] > 1.0  # and not the printed −r
-    (c,) = r.criteria
-    assert c.passed and c.threshold == 16.0
-    _figures_exist(r, tmp_path)
+# --- the lead's experiments at the quick size (theorem1, volume_collapse: tests/test_experiments_<name>.py) -----
 
 
 def test_gd_step_is_not_em_step_but_preconditioned_gd_is(tmp_path: Path) -> None:
