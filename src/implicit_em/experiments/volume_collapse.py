@@ -248,7 +248,7 @@ def _figure(reps: list[_Replicate], cfg: Config, med: dict[str, float], ctx: Con
     a2.set_xlabel("epoch")
     a2.set_ylabel("−mean ½‖W(x − μ)‖²")
     a2.set_yscale("symlog", linthresh=1e-3)
-    a2.set_title(f"distance-only objective: improving in {100 * med['improving']:.0f}% of epochs (median)")
+    a2.set_title(f"distance-only objective (improving in {100 * med['improving']:.0f}% of epochs, median)", fontsize=10)
     fig.tight_layout()
     return ctx.save_figure(fig, "volume_collapse")
 
