@@ -107,8 +107,8 @@ def mixture_nll(d: Float[Tensor, "*batch k"], log_weights: Tensor | None = None,
 
     .. math::  L^-(d) = -\log \sum_j \pi_j \exp(-d_j)
 
-    It is minimised; its gradient is :math:`\partial L^- / \partial d_j = +r_j` (the paper prints :math:`-r_j`
-    in §4.1; the sign here is the right one). With Gaussian energies from
+    It is minimised; its gradient is :math:`\partial L^- / \partial d_j = +r_j`, as the paper prints it in §4.1
+    (the sign error a review reports there is not in this text of the paper). With Gaussian energies from
     :func:`~implicit_em.distances.gaussian_energies` this is exactly the Gaussian mixture negative log-likelihood.
 
     Args:

@@ -95,6 +95,31 @@ from implicit_em.windtunnel.models import Block, CausalSelfAttention, CausalTran
 from implicit_em.windtunnel.tasks import BijectionTask, bijection_entropy_without_replacement
 from implicit_em.windtunnel.train import windtunnel_loss
 
+__all__ = [
+    "EXPERIMENT",
+    "Config",
+    "advantage_range",
+    "advantages_np",
+    "centring_violation",
+    "decide",
+    "gate_tightness",
+    "hopfield_law_np",
+    "key_gate_violation",
+    "part_state",
+    "per_head_max",
+    "relative",
+    "routing_law_np",
+    "row_gate_violation",
+    "run",
+    "theorem1_fit",
+    "uniform_weights",
+    "unit_weights",
+    "value_law_np",
+    "w_k_law_np",
+    "w_q_law_np",
+    "w_v_law_np",
+]
+
 Array = np.ndarray
 State = Literal["holds", "fails", "undecided"]
 

@@ -87,6 +87,8 @@ from implicit_em.windtunnel.config import WindTunnelConfig
 from implicit_em.windtunnel.tasks import Batch, BijectionTask
 from implicit_em.windtunnel.train import TrainResult, build_model, build_tasks, train
 
+__all__ = ["EXPERIMENT", "Config", "run"]
+
 # (name, wind-tunnel model, loss), in the report's order
 RUNS = (
     ("softmax", "transformer", "softmax"),

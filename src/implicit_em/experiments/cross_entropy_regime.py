@@ -36,6 +36,8 @@ from implicit_em.experiments._base import Context, Experiment, Result, Verdict, 
 from implicit_em.objectives import constrained_cross_entropy
 from implicit_em.probes import HeadProbe
 
+__all__ = ["EXPERIMENT", "Config", "DistanceClassifier", "competition", "run"]
+
 HARD = "hard labels"
 
 

@@ -77,6 +77,8 @@ from torch import Tensor
 from implicit_em.experiments._base import Context, Criterion, Experiment, Result, Verdict, criterion, pyplot
 from implicit_em.objectives import mixture_nll
 
+__all__ = ["EXPERIMENT", "Config", "run"]
+
 _F64 = torch.float64
 _SIGMA = 1.0  # the review's known component scale
 _START = (-0.5, 0.5)  # the sweep's start: symmetric about 0, like the balanced sample

@@ -26,6 +26,8 @@ from implicit_em._runio import write_text_atomic as _write_atomic
 from implicit_em.experiments import _provenance
 from implicit_em.experiments._base import Context, Experiment, Result, torch_threads
 
+__all__ = ["run_audit", "select"]
+
 # library versions an experiment's result depends on: a change reruns it on resume
 _VERSION_KEYS = ("torch", "numpy", "scikit-learn", "transformers", "python")
 

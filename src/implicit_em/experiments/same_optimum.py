@@ -55,6 +55,22 @@ from torch import Tensor
 
 from implicit_em.experiments._base import Context, Criterion, Experiment, Result, Verdict, criterion, pyplot
 
+__all__ = [
+    "EXPERIMENT",
+    "Config",
+    "decide",
+    "em_path",
+    "em_polish",
+    "gd_path",
+    "matched_gap",
+    "off_path",
+    "online_em_path",
+    "passes_to",
+    "path_gap",
+    "run",
+    "score",
+]
+
 COVARIANCE = "full"
 REG_COVAR = 1e-6  # the library's default
 

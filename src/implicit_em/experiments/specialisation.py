@@ -70,6 +70,19 @@ import numpy as np
 
 from implicit_em.experiments._base import Context, Experiment, Result, Verdict, criterion, pyplot
 
+__all__ = [
+    "EXPERIMENT",
+    "Config",
+    "Run",
+    "Start",
+    "data_start",
+    "decide",
+    "degenerate_start",
+    "fit_gaussian",
+    "fit_prototypes",
+    "run",
+]
+
 K = 5
 
 

@@ -98,6 +98,16 @@ from implicit_em.probes.attention import attention
 from implicit_em.windtunnel.metrics import kl_bits
 from implicit_em.windtunnel.tasks import StickyMarkovTask, StickySequence, hmm_forward_filter
 
+__all__ = [
+    "EXPERIMENT",
+    "Config",
+    "no_context_posterior",
+    "paired_metrics",
+    "run",
+    "single_head_logits",
+    "window_posterior",
+]
+
 SHAPES = {"W_Q": (20, 10), "W_K": (20, 10), "W_V": (20, 15), "W_O": (15, 8)}
 PAPER_STAY, PAPER_NOISE = 0.3, 1.0  # companion notes §B: the paper's chain
 
