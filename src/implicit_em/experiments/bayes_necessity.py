@@ -150,17 +150,20 @@ class Config:
     @classmethod
     def full(cls) -> "Config":
         """V = 20 (the companion paper's setting) with the wind tunnel's quick architecture (2 layers, 4 heads,
-        d_model 64), three training seeds, 2,000 steps at lr 3e-3, inside 10 minutes on a 2-core CPU.
+        d_model 64), three training seeds, 8,000 steps at lr 3e-3 (about 30 minutes on one core, unloaded).
 
         Budget (measured on one thread): a transformer step takes 28 ms, a prefix-MLP step 3 ms, a token-MLP step
         19 ms, so four models over three seeds plus the token MLP once cost about 0.21 s per step. Before issue 10
-        the full size ran 8,000 steps at lr 1e-3 over two seeds with three models (1205 s); here the steps are cut
-        to 2,000 to fit 10 minutes, and the learning rate is the quick size's 3e-3, chosen on the softmax
-        transformer alone (seed 0, 2,000 steps: MAE 0.073 bits at lr 1e-3, 0.041 at 3e-3, bar 0.111) so that the
-        reference model learns within the budget; the sigmoid and MLP runs were not looked at in choosing it.
+        the full size ran 8,000 steps at lr 1e-3 over two seeds with three models (1205 s). Issue 10 first cut
+        the steps to 2,000 to fit 10 minutes, and chose the learning rate 3e-3 on the softmax transformer alone
+        (seed 0, 2,000 steps: MAE 0.073 bits at lr 1e-3, 0.041 at 3e-3, bar 0.111; the sigmoid and MLP runs were
+        not looked at in choosing it). At 2,000 steps one sigmoid seed had not converged (MAE 0.42 -> 0.25 bits
+        over its last 1,000 steps) and alone decided the verdict (SUPPORTED, while the quick size is REFUTED at
+        three seeds): a verdict of the budget, not of the objective. The 8,000 steps of the earlier full size are
+        restored here (the rule is unchanged); the 2,000-step numbers and verdict stay in docs/audit.md.
         """
         return cls(
-            n_symbols=20, n_layers=2, n_heads=4, d_model=64, d_ff=256, steps=2000, lr=3e-3, warmup_steps=200,
+            n_symbols=20, n_layers=2, n_heads=4, d_model=64, d_ff=256, steps=8000, lr=3e-3, warmup_steps=200,
             eval_size=2048, n_seeds=3, device="auto",
         )  # fmt: skip
 
