@@ -54,7 +54,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Tensor], d
     for name, proc in procs.items():
         output, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"{name} tree failed:\n{output.decode()}"
-    original, current = (torch.load(tmp / f"{name}.pt") for name in trees)
+    original, current = (torch.load(tmp / f"{name}.pt", weights_only=True) for name in trees)
     return original, current
 
 

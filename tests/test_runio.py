@@ -69,7 +69,7 @@ def test_atomic_writes_replace_the_target_and_leave_no_temporary_file(tmp_path: 
     assert path.read_text() == "new"
     ckpt = tmp_path / "checkpoint.pt"
     _runio.save_torch_atomic({"step": 3}, ckpt)
-    assert torch.load(ckpt, weights_only=False) == {"step": 3}
+    assert torch.load(ckpt, weights_only=True) == {"step": 3}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "metrics.json"]
 
 

@@ -19,7 +19,7 @@ from implicit_em.windtunnel.train import learning_rate, resolve_device, train, w
 
 
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "checkpoint.pt", weights_only=False)["model"]
+    return torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"]
 
 
 def test_learning_rate_warms_up_then_follows_the_cosine() -> None:
@@ -178,7 +178,7 @@ def test_sigint_mid_run_checkpoints_at_a_step_boundary_and_resumes_exactly(tmp_p
     with pytest.raises(KeyboardInterrupt):
         train(c, tmp_path / "a", progress=False)
     timer.join()
-    stopped_at = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)["step"]
+    stopped_at = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)["step"]
     assert 0 < stopped_at < c.steps
     assert not json.loads((tmp_path / "a" / "metrics.json").read_text())["complete"]
     resumed = train(c, tmp_path / "a", progress=False, stop_after=stopped_at + 7)

@@ -184,7 +184,7 @@ def _train_and_load(wcfg: WindTunnelConfig, run_dir: Path) -> tuple[TrainResult,
     task, _ = build_tasks(wcfg)
     initial, _ = build_model(wcfg, task, task.seq_len())  # build_model seeds itself: the run's initialisation
     trained, _ = build_model(wcfg, task, task.seq_len())
-    state = torch.load(run_dir / "checkpoint.pt", weights_only=False, map_location="cpu")
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True, map_location="cpu")
     trained.load_state_dict(state["model"])
     return result, trained.cpu().eval(), initial.cpu().eval()
 

@@ -32,14 +32,23 @@ from implicit_em.windtunnel.tasks import (
     hmm_forward_filter,
     sticky_transition_matrix,
 )
-from implicit_em.windtunnel.train import TrainResult, evaluate, train, windtunnel_loss
+from implicit_em.windtunnel.train import (
+    CheckpointError,
+    NonFiniteLossError,
+    TrainResult,
+    evaluate,
+    train,
+    windtunnel_loss,
+)
 
 __all__ = [
     "Batch",
     "BijectionTask",
     "CausalTransformer",
+    "CheckpointError",
     "HMMFilteringTask",
     "LSTMModel",
+    "NonFiniteLossError",
     "PrefixMLP",
     "StickyMarkovTask",
     "TokenMLP",

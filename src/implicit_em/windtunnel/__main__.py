@@ -9,7 +9,9 @@ Examples::
     python -m implicit_em.windtunnel summarize runs/bij20 runs/hmm --out benchmarks/results/windtunnel_quick.json
 
 Every field of :class:`~implicit_em.windtunnel.config.WindTunnelConfig` is an option (``--field-name VALUE``);
-those given override the preset. Running ``train`` again with the same options and ``--out`` resumes.
+those given override the preset. Running ``train`` again with the same options and ``--out`` resumes (also after
+a kill or Ctrl-C: the run stops at a step boundary, saves, and exits 130). A bad setting prints one line naming it
+and exits 2, as does an unreadable checkpoint; a run whose loss stops being finite prints the step and exits 1.
 """
 
 import argparse
@@ -24,7 +26,7 @@ from typing import Any
 
 from implicit_em.windtunnel.config import LOSSES, MODELS, TASKS, WindTunnelConfig
 from implicit_em.windtunnel.tasks import BijectionTask
-from implicit_em.windtunnel.train import train
+from implicit_em.windtunnel.train import CheckpointError, NonFiniteLossError, _check_run_inputs, train
 
 _PRESETS = {"quick": WindTunnelConfig.quick, "full": WindTunnelConfig.full, "tiny": WindTunnelConfig.tiny}
 
@@ -101,24 +103,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(command: str, message: str, code: int) -> int:
+    """One line on stderr, no traceback, and the exit code (2: a bad argument or run directory; 1: a failed run)."""
+    print(f"python -m implicit_em.windtunnel {command}: error: {message}", file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command; exit code 0 on success, 2 for a bad argument or run directory, 1 when training diverges.
+
+    An interrupt (Ctrl-C, SIGTERM) is not caught here: ``train`` saves at a step boundary and re-raises
+    KeyboardInterrupt, which reaches the caller (the ``__main__`` guard turns it into exit status 130).
+    """
     args = build_parser().parse_args(argv)
     if args.command == "oracle":
-        out = {f"replacement={r}": BijectionTask(args.n_symbols, replacement=r).no_context_mae() for r in (False, True)}
+        try:
+            tasks = {r: BijectionTask(args.n_symbols, replacement=r) for r in (False, True)}
+        except ValueError as e:
+            return _error("oracle", str(e), 2)
+        out = {f"replacement={r}": task.no_context_mae() for r, task in tasks.items()}
         print(json.dumps({"n_symbols": args.n_symbols, "no_context_entropy_mae_bits": out}, indent=2))
         return 0
     if args.command == "summarize":
+        missing = [d for d in args.run_dirs if not (Path(d) / "metrics.json").is_file()]
+        if missing:
+            return _error("summarize", f"no metrics.json in {missing} (not finished run directories?)", 2)
         runs = {Path(d).name: summarize_run(Path(d)) for d in args.run_dirs}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(runs, indent=2) + "\n")
         print(f"wrote {args.out} ({len(runs)} runs)")
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     overrides = {
         f.name: getattr(args, f.name) for f in dataclasses.fields(WindTunnelConfig) if getattr(args, f.name) is not None
     }
-    config = _PRESETS[args.preset](**overrides)
-    result = train(config, args.out, progress=not args.no_progress)
+    try:
+        config = _PRESETS[args.preset](**overrides)
+        _check_run_inputs(config, args.out, None)
+    except (TypeError, ValueError) as e:  # the config's checks name the setting; the option is --setting-name
+        return _error("train", str(e), 2)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        result = train(config, args.out, progress=not args.no_progress)
+    except CheckpointError as e:
+        return _error("train", str(e), 2)
+    except NonFiniteLossError as e:
+        return _error("train", str(e), 1)
     summary = {name: {k: v for k, v in m.to_dict().items() if k != "curves"} for name, m in result.metrics.items()}
     report = {"run_dir": str(args.out), "steps": result.steps_done, "n_params": result.n_params, "final": summary}
     report.update({k: result.extra[k] for k in ("oracle", "wall_s", "cpu_s")})
@@ -127,4 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # train already saved a checkpoint at a step boundary and logged how to resume
+        sys.exit(130)

@@ -5,8 +5,13 @@ papers' sizes, for a GPU). ``python -m implicit_em.windtunnel train`` turns ever
 """
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import torch
 
 __all__ = ["LOSSES", "MODELS", "TASKS", "WindTunnelConfig"]
 
@@ -51,17 +56,33 @@ class WindTunnelConfig:
     device: str = "auto"  # "auto" (cuda when available, else cpu), "cpu", "cuda", "cuda:1", ...
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
-        for name in ("steps", "batch_size", "eval_every", "eval_size", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.warmup_steps < 0 or self.lr <= 0 or self.min_lr < 0 or self.grad_clip <= 0:
-            raise ValueError("need warmup_steps >= 0, lr > 0, min_lr >= 0, grad_clip > 0")
+        """Check every setting, naming it: ``TypeError`` for a wrong type, ``ValueError`` for a bad value.
+
+        numpy scalars are accepted and stored as Python ones (so the config stays JSON and weights-only safe).
+        """
+        for name, choices in (("task", TASKS), ("model", MODELS), ("loss", LOSSES)):
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+        self._set("replacement", _as_bool("replacement", self.replacement))
+        for name, low in _INT_MINIMA.items():
+            self._set(name, _as_int(name, getattr(self, name), low))
+        for name in ("seed", "eval_seed"):  # torch seeds; eval_seed + i seeds the i-th evaluation set
+            self._set(name, _as_int(name, getattr(self, name), 0, _SEED_END))
+        self._set("test_lengths", _as_lengths(self.test_lengths))
+        if self.threads is not None:
+            self._set("threads", _as_int("threads", self.threads, 1, what="None or >= 1"))
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        for name, strict in (("lr", True), ("min_lr", False), ("weight_decay", False)):  # lr > 0, the others >= 0
+            self._set(name, _as_float(name, getattr(self, name), 0.0, strict))
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr (the end of the cosine) must be <= lr, got min_lr={self.min_lr} > lr={self.lr}")
+        self._set("grad_clip", _as_float("grad_clip", self.grad_clip, 0.0, True))  # finite: config.json is JSON
+        _check_device(self.device)
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # frozen: __post_init__ normalises a field once, in place
 
     @classmethod
     def quick(cls, **overrides: Any) -> "WindTunnelConfig":
@@ -101,6 +122,70 @@ class WindTunnelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "WindTunnelConfig":
-        d = dict(d)
-        d["test_lengths"] = tuple(d.get("test_lengths", ()))
-        return cls(**d)
+        """The config of :meth:`to_dict` (a plain dict, as ``config.json`` and checkpoints hold it); fields added
+        later take their defaults, unknown keys are refused."""
+        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown WindTunnelConfig fields: {unknown}")
+        return cls(**d)  # a JSON list of test_lengths becomes a tuple in __post_init__
+
+
+# ---------------------------------------------------------------------------------------------- the checks
+
+#: Integer settings and their smallest allowed value.
+_INT_MINIMA = {
+    "n_symbols": 2, "n_obs": 1, "n_layers": 0, "n_heads": 1, "d_model": 1, "d_ff": 1, "steps": 1, "batch_size": 1,
+    "warmup_steps": 0, "eval_every": 1, "eval_size": 1, "checkpoint_every": 1,
+}  # fmt: skip
+_SEED_END = 2**63 - 2**16  # torch.Generator.manual_seed takes up to 2**64 - 1; leave room for eval_seed + i
+
+
+def _as_int(name: str, value: Any, low: int, end: int | None = None, what: str | None = None) -> int:
+    """``value`` as a Python int in ``low <= value < end``; bools and floats (even 2.0) are refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if value < low or (end is not None and value >= end):
+        bound = what or (f">= {low}" if end is None else f">= {low} and < {end}")
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def _as_float(name: str, value: Any, low: float, strict: bool) -> float:
+    """``value`` as a finite Python float, > low (``strict``) or >= low."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and (value > low if strict else value >= low)):
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, got {value}")
+    return value
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _as_lengths(value: Any) -> tuple[int, ...]:
+    """test_lengths as a tuple of ints >= 1 (a list, as JSON gives it back, is accepted)."""
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"test_lengths must be a tuple of integers, got {value!r}")
+    try:
+        lengths = tuple(_as_int("test_lengths", k, 1) for k in value)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"test_lengths must be a tuple of integers >= 1, got {value!r}") from None
+    return lengths
+
+
+def _check_device(device: Any) -> None:
+    """``auto``, or a name :class:`torch.device` parses (``cpu``, ``cuda``, ``cuda:1``, ``mps``, ...)."""
+    if device == "auto":
+        return
+    try:
+        if not isinstance(device, str) or not device:
+            raise ValueError
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        expected = "'auto' or a torch device name such as 'cpu' or 'cuda:0'"
+        raise ValueError(f"device must be {expected}, got {device!r}") from None

@@ -6,31 +6,43 @@ gradient clipping, periodic evaluation and periodic checkpoints, and finally the
 directory holds::
 
     config.json      the resolved configuration
-    checkpoint.pt    model, optimiser, data-generator state, history (resume continues from here)
+    checkpoint.pt    model, optimiser, data-generator state, history, running loss (resume continues from here;
+                     tensors and plain values only, loaded with weights_only=True: see windtunnel/_checkpoint.py)
     metrics.json     final metrics per evaluation set, history, the no-context oracle, versions, load average
     curves.png       per-position entropy curves (model and Bayes), |ΔH| and KL per position, learning curve
 
 Killing a run and calling :func:`train` again with the same configuration and directory continues where the
-last checkpoint left off; the numbers equal those of an uninterrupted run (same seed, same thread count, CPU).
+last checkpoint left off; the numbers equal those of an uninterrupted run (same seed, same thread count, CPU),
+``train_loss`` history included. A loss, gradient or weight that stops being finite ends the run with
+:class:`NonFiniteLossError` naming the step; the checkpoint on disk stays the last finite state.
 The settings live in :mod:`~implicit_em.windtunnel.config`, the figure in :mod:`~implicit_em.windtunnel.plots`,
 atomic writes, thread control and signal deferral in :mod:`implicit_em._runio`.
 """
 
 import dataclasses
+import json
 import logging
 import math
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from implicit_em._runio import DeferSignals, save_torch_atomic, torch_threads, versions, write_json_atomic
+from implicit_em._runio import (
+    DeferSignals,
+    save_torch_atomic,
+    torch_threads,
+    versions,
+    write_json_atomic,
+    write_text_atomic,
+)
 from implicit_em.objectives import constrained_cross_entropy, independent_sigmoid_bce
+from implicit_em.windtunnel._checkpoint import START_OVER, CheckpointError, load_checkpoint
 from implicit_em.windtunnel.config import WindTunnelConfig
 from implicit_em.windtunnel.metrics import WindTunnelMetrics, evaluate_predictions, predictive
 from implicit_em.windtunnel.models import (
@@ -44,6 +56,8 @@ from implicit_em.windtunnel.plots import plot_curves
 from implicit_em.windtunnel.tasks import Batch, BijectionTask, HMMFilteringTask
 
 __all__ = [
+    "CheckpointError",
+    "NonFiniteLossError",
     "TrainResult",
     "WindTunnelConfig",
     "build_model",
@@ -59,6 +73,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Task = BijectionTask | HMMFilteringTask
+_TINY = torch.finfo(torch.float64).tiny
 
 
 @dataclass
@@ -141,7 +156,9 @@ def evaluate(model: nn.Module, batch: Batch, loss: str, chunk: int = 512) -> Win
     probs, sums = [], []
     for i in range(0, batch.tokens.shape[0], chunk):
         logits = model(batch.tokens[i : i + chunk].to(device))[:, batch.positions.to(device)]  # (b, P, C)
-        probs.append(predictive(logits.double(), loss).cpu())
+        # a probability that underflowed to 0 would make the KL +inf (not JSON): floor it at the smallest normal
+        # double, which changes nothing above it (a finite-logit model's KL stays finite, and huge)
+        probs.append(predictive(logits.double(), loss).clamp_min(_TINY).cpu())
         sums.append(torch.sigmoid(logits.double()).sum(dim=-1).cpu())  # (b, P)
     model.train(was_training)
     metrics = evaluate_predictions(torch.cat(probs), batch.posterior)
@@ -151,10 +168,17 @@ def evaluate(model: nn.Module, batch: Batch, loss: str, chunk: int = 512) -> Win
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` is cuda when available, else cpu; anything else is passed to :class:`torch.device`."""
+    """``auto`` is cuda when available, else cpu; anything else is passed to :class:`torch.device`.
+
+    Raises:
+        ValueError: a cuda device was asked for and CUDA is not available.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for but CUDA is not available (use device 'auto' or 'cpu')")
+    return device
 
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:
@@ -175,21 +199,69 @@ def _evaluate_all(model: nn.Module, eval_batches: dict[str, Batch], loss: str) -
     return {name: evaluate(model, b, loss) for name, b in eval_batches.items()}
 
 
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a non-finite loss, gradient, weight or evaluation metric; the run stopped at that step.
+
+    ``step`` is the optimiser step that went wrong (1-based, as in the history) and ``loss`` its training loss
+    (NaN when the outputs were not finite). The checkpoint on disk, if any, is the last finite state: nothing
+    non-finite is ever saved, and ``metrics.json`` is not rewritten.
+    """
+
+    def __init__(self, message: str, step: int, loss: float) -> None:
+        super().__init__(message)
+        self.step, self.loss = step, loss
+
+
+class _Resumed(NamedTuple):
+    history: list[dict[str, float]]
+    step: int
+    elapsed: float
+    cpu: float
+    loss_sum: float  # the running training loss since the last evaluation
+    loss_n: int
+
+
 def _resume(
     ckpt_path: Path,
     config: WindTunnelConfig,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     generator: torch.Generator,
-) -> tuple[list[dict[str, float]], int, float, float]:
-    """Load a checkpoint into model, optimiser and data generator; return (history, step, elapsed, cpu)."""
-    state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
-    if WindTunnelConfig.from_dict(state["config"]) != config:  # fields added later take defaults
-        raise ValueError(f"{ckpt_path} was written by a different configuration; use a fresh run_dir")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    generator.set_state(state["generator"])
-    return state["history"], state["step"], state["elapsed"], state.get("cpu", 0.0)
+) -> _Resumed:
+    """Load a checkpoint (weights only: no code runs) into model, optimiser and data generator."""
+    state = load_checkpoint(ckpt_path)
+    try:
+        same = WindTunnelConfig.from_dict(state["config"]) == config  # fields added later take defaults
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{ckpt_path} holds an invalid configuration ({e}); {START_OVER}") from None
+    if not same:
+        raise CheckpointError(
+            f"{ckpt_path} was written by a different configuration; use a fresh run_dir (--out), or the "
+            f"configuration in {ckpt_path.parent / 'config.json'} to resume it"
+        )
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+    except (RuntimeError, KeyError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{ckpt_path} does not fit this configuration's model ({e}); {START_OVER}") from None
+    # a checkpoint from before the running loss was saved resumes with train_loss averaged over fewer steps
+    loss_sum, loss_n = state.get("loss_sum", 0.0), state.get("loss_n", 0)
+    return _Resumed(state["history"], state["step"], state["elapsed"], state.get("cpu", 0.0), loss_sum, loss_n)
+
+
+def _check_run_inputs(config: Any, run_dir: Any, stop_after: Any) -> None:
+    """The arguments of :func:`train` that its config does not check: types, the run directory, the device."""
+    if not isinstance(config, WindTunnelConfig):
+        raise TypeError(f"config must be a WindTunnelConfig, got {type(config).__name__}")
+    if run_dir is not None:
+        if not isinstance(run_dir, (str, os.PathLike)):
+            raise TypeError(f"run_dir must be a path or None, got {type(run_dir).__name__}")
+        if Path(run_dir).exists() and not Path(run_dir).is_dir():
+            raise ValueError(f"run_dir {str(run_dir)!r} is not a directory")
+    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int) or stop_after < 0):
+        raise ValueError(f"stop_after must be None or an integer >= 0, got {stop_after!r}")
+    resolve_device(config.device)
 
 
 def train(
@@ -208,9 +280,30 @@ def train(
             used to test resuming.
     Returns:
         the final metrics per evaluation set (or the latest, if stopped early), history and sizes.
+    Raises:
+        CheckpointError: ``run_dir/checkpoint.pt`` is unreadable, unsafe to load, or from another configuration.
+        NonFiniteLossError: the loss (or a gradient, weight or metric) stopped being finite; the last good
+            checkpoint is kept.
+        KeyboardInterrupt: after SIGINT or SIGTERM, once the current step is done and checkpointed.
     """
+    _check_run_inputs(config, run_dir, stop_after)
     with torch_threads(config.threads):  # None leaves torch's setting as it is
         return _train(config, run_dir, progress, stop_after)
+
+
+def _non_finite(metrics: dict[str, WindTunnelMetrics]) -> str:
+    """The non-finite numbers among the metrics, as ``"eval.kl=nan, ..."`` (the empty string when all are finite)."""
+    bad = []
+    for name, m in metrics.items():
+        values = {k: v for k, v in m.to_dict().items() if isinstance(v, float)}
+        curves = dataclasses.asdict(m.curves)  # lists of floats, one per position
+        values.update({f"curves.{k}": next((x for x in c if not math.isfinite(x)), 0.0) for k, c in curves.items()})
+        bad += [f"{name}.{k}={v}" for k, v in values.items() if not math.isfinite(v)]
+    return ", ".join(bad[:4])
+
+
+def _all_finite(tensors: Any) -> bool:
+    return bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all())  # one sync, however many tensors
 
 
 def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool, stop_after: int | None) -> TrainResult:
@@ -224,20 +317,39 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
     eval_batches = _eval_sets(config, evals)
     history: list[dict[str, float]] = []
     step, elapsed, cpu = 0, 0.0, 0.0
+    loss_sum, loss_n = 0.0, 0  # the training loss since the last evaluation (checkpointed: an exact resume)
     load_start = os.getloadavg()
 
     # the run directory: resume from its checkpoint, (re)write its config
     run_path = Path(run_dir) if run_dir is not None else None
     ckpt_path = run_path / "checkpoint.pt" if run_path is not None else None
+    saved_step: int | None = None  # the step of the checkpoint on disk
     if run_path is not None and ckpt_path is not None:
         run_path.mkdir(parents=True, exist_ok=True)
         if ckpt_path.exists():
-            history, step, elapsed, cpu = _resume(ckpt_path, config, model, optimizer, generator)
+            history, step, elapsed, cpu, loss_sum, loss_n = _resume(ckpt_path, config, model, optimizer, generator)
+            saved_step = step
             logger.info("resumed %s at step %d", run_path, step)
         write_json_atomic(config.to_dict(), run_path / "config.json")
 
+    def diverged(at: int, what: str, loss: float) -> NonFiniteLossError:
+        if ckpt_path is None:
+            kept = "nothing was saved (run_dir is None)"
+        elif saved_step is None:
+            kept = f"no checkpoint was written before it ({ckpt_path})"
+        else:
+            kept = f"the last good checkpoint (step {saved_step}) is kept in {ckpt_path}"
+        message = (
+            f"training diverged at step {at}: {what} (loss {loss}, lr {learning_rate(at - 1, config):g}); {kept}. "
+            "Lower lr or grad_clip and use a fresh run_dir (--out)"
+        )
+        return NonFiniteLossError(message, at, loss)
+
     def checkpoint() -> None:
+        nonlocal saved_step
         if ckpt_path is not None:
+            if not _all_finite(model.parameters()):  # never save non-finite weights over the last good state
+                raise diverged(step, "the weights are not finite", loss_sum / max(loss_n, 1))
             state = {
                 "config": config.to_dict(),
                 "model": model.state_dict(),
@@ -245,59 +357,82 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
                 "generator": generator.get_state(),
                 "history": history,
                 "step": step,
+                "loss_sum": loss_sum,
+                "loss_n": loss_n,
                 "elapsed": elapsed,
                 "cpu": cpu,
             }
             save_torch_atomic(state, ckpt_path)
+            saved_step = step
 
     # the loop: one optimiser step per batch, evaluation every eval_every, a checkpoint every checkpoint_every
     model.train()
     last_metrics: dict[str, WindTunnelMetrics] = {}
     bar = tqdm(total=config.steps, initial=step, disable=not progress, desc=f"{config.task}/{config.model}")
-    loss_sum, loss_n = 0.0, 0
     t0, c0 = time.perf_counter(), time.process_time()
-    with DeferSignals() as signals:  # Ctrl-C and SIGTERM end the run at a step boundary
-        while step < config.steps and (stop_after is None or step < stop_after) and signals.received is None:
-            lr = learning_rate(step, config)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            batch = _to_device(task.sample(config.batch_size, generator), device)
-            logits = model(batch.tokens)[:, batch.positions]  # (B, P, C)
-            loss = windtunnel_loss(logits, batch, config.loss)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            step += 1
-            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-            bar.update(1)
-            if step % config.eval_every == 0 or step == config.steps:
-                last_metrics = _evaluate_all(model, eval_batches, config.loss)
-                first = next(iter(last_metrics.values()))
-                record = {
-                    "step": step,
-                    "lr": lr,
-                    "train_loss": loss_sum / loss_n,
-                    "entropy_mae_per_sample": first.entropy_mae_per_sample,
-                    "entropy_mae_mean_curve": first.entropy_mae_mean_curve,
-                    "kl": first.kl,
-                    "elapsed_s": elapsed + time.perf_counter() - t0,
-                    "cpu_s": cpu + time.process_time() - c0,
-                }
-                history.append(record)
-                loss_sum, loss_n = 0.0, 0
-                bar.set_postfix(mae=f"{first.entropy_mae_per_sample:.4f}", kl=f"{first.kl:.4f}")
-                logger.info("step %d: %s", step, record)
-            if step % config.checkpoint_every == 0 or step == config.steps:
-                elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
-                cpu, c0 = cpu + time.process_time() - c0, time.process_time()
-                checkpoint()
-    bar.close()
+    signals = DeferSignals()
+    try:
+        with signals:  # Ctrl-C and SIGTERM end the run at a step boundary
+            while step < config.steps and (stop_after is None or step < stop_after) and signals.received is None:
+                lr = learning_rate(step, config)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                batch = _to_device(task.sample(config.batch_size, generator), device)
+                logits = model(batch.tokens)[:, batch.positions]  # (B, P, C)
+                if not _all_finite([logits]):  # the losses refuse non-finite logits: say which step it was
+                    raise diverged(step + 1, "the model's outputs are not finite", math.nan)
+                loss = windtunnel_loss(logits, batch, config.loss)
+                loss_value = loss.item()
+                if not math.isfinite(loss_value):
+                    raise diverged(step + 1, "the loss is not finite", loss_value)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip))
+                if not math.isfinite(grad_norm):
+                    raise diverged(step + 1, f"the gradient norm is {grad_norm}", loss_value)
+                optimizer.step()
+                if not _all_finite(model.parameters()):
+                    raise diverged(step + 1, "the update made the weights non-finite", loss_value)
+                step += 1
+                loss_sum, loss_n = loss_sum + loss_value, loss_n + 1
+                bar.update(1)
+                if step % config.eval_every == 0 or step == config.steps:
+                    last_metrics = _evaluate_all(model, eval_batches, config.loss)
+                    first = next(iter(last_metrics.values()))
+                    record = {
+                        "step": step,
+                        "lr": lr,
+                        "train_loss": loss_sum / loss_n,
+                        "entropy_mae_per_sample": first.entropy_mae_per_sample,
+                        "entropy_mae_mean_curve": first.entropy_mae_mean_curve,
+                        "kl": first.kl,
+                        "elapsed_s": elapsed + time.perf_counter() - t0,
+                        "cpu_s": cpu + time.process_time() - c0,
+                    }
+                    bad = _non_finite(last_metrics)
+                    if bad:  # the weights are finite but the outputs overflow
+                        raise diverged(step, f"the evaluation is not finite ({bad})", loss_value)
+                    history.append(record)
+                    loss_sum, loss_n = 0.0, 0
+                    bar.set_postfix(mae=f"{first.entropy_mae_per_sample:.4f}", kl=f"{first.kl:.4f}")
+                    logger.info("step %d: %s", step, record)
+                if step % config.checkpoint_every == 0 or step == config.steps:
+                    elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
+                    cpu, c0 = cpu + time.process_time() - c0, time.process_time()
+                    checkpoint()
+    except Exception as error:
+        if signals.received is not None:  # an interrupt held during the failed step still reaches the caller
+            raise KeyboardInterrupt from error
+        raise
+    finally:
+        bar.close()
     elapsed += time.perf_counter() - t0
     cpu += time.process_time() - c0
     checkpoint()
     if not last_metrics:  # resumed a finished run, or stopped before the first evaluation
         last_metrics = _evaluate_all(model, eval_batches, config.loss)
+        if _non_finite(last_metrics):
+            raise diverged(step, f"the evaluation is not finite ({_non_finite(last_metrics)})", math.nan)
 
     # the results: metrics.json and curves.png; then a held signal ends the run
     complete = step >= config.steps
@@ -333,5 +468,6 @@ def write_run(result: TrainResult, run_dir: Path) -> None:
         "history": result.history,
         **result.extra,
     }
-    write_json_atomic(summary, run_dir / "metrics.json")
+    # strict JSON: a NaN would be written as the bare token NaN, which JSON readers refuse (the loop stops first)
+    write_text_atomic(run_dir / "metrics.json", json.dumps(summary, indent=2, allow_nan=False))
     plot_curves(result, run_dir / "curves.png")
