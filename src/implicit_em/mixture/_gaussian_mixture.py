@@ -10,6 +10,8 @@ reached through one interface (``_fitting.py``: the settings, the fitter registr
 import math
 import time
 import warnings
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,14 +25,16 @@ from torch import Tensor
 
 from implicit_em import gaussian
 from implicit_em.gaussian import COVARIANCE_TYPES
-from implicit_em.mixture import _distributed, _stats
+from implicit_em.mixture import _checkpoint, _distributed, _interrupt, _stats
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import FitResult
 from implicit_em.mixture._fitting import CHUNK as _CHUNK
 from implicit_em.mixture._fitting import FITTERS, REGISTRY, FitSettings, Fitter, History
 from implicit_em.mixture._init import INIT_PARAMS, initial_assignment
+from implicit_em.mixture._interrupt import FitInterrupted
+from implicit_em.mixture._online_em import OnlineState
 from implicit_em.mixture._split_merge import fit_split_merge
-from implicit_em.mixture._stats import MixtureParams
+from implicit_em.mixture._stats import MixtureParams, Summary
 
 _INIT_SAMPLE = 200_000  # rows k-means sees when N is larger (or X is an iterable: one pass draws them)
 
@@ -63,7 +67,20 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     - split_merge: after "em" or "online_em" converge, try up to this many split-and-merge moves (merge the two
       most overlapping components, split the least Gaussian one, rerun EM, keep it if the likelihood rises;
       ``_split_merge.py``). Default 4; 0 gives exactly sklearn's result (moves run only after convergence);
-    - device, dtype: where and in what precision to compute (default: X's device and float dtype).
+    - device, dtype: where and in what precision to compute (default: X's device and float dtype);
+    - checkpoint: None, or a file path: ``fit`` writes its state there every ``checkpoint_every`` units of
+      ``max_iter`` (EM iterations, or epochs for "online_em" and "gd") and when interrupted, and the same call
+      after a crash resumes from it, ending with the parameters of a fit that was never stopped (bitwise on
+      CPU). A checkpoint of another call (other parameters, data or fitter) or an unreadable file raises
+      ValueError; delete it to start over. It is removed when ``fit`` completes (``_checkpoint.py``; not in a
+      ``torch.distributed`` process group; ``partial_fit`` does not use it);
+    - checkpoint_every: iterations (epochs) between checkpoints, >= 1 (default 1).
+
+    Ctrl-C (SIGINT) stops ``fit`` and ``partial_fit`` at the next safe point (after the chunk of the E-step
+    pass, or the mini-batch step, in progress), keeps the last complete parameters as the fitted state (with
+    ``converged_ = False``, ``n_iter_`` the complete iterations or epochs, so ``warm_start=True`` continues from
+    there; with ``n_init > 1``, those of the start that was running) and raises ``KeyboardInterrupt``. In a
+    process group every process stops in the same iteration and raises (``_interrupt.py``).
 
     ``max_iter`` counts EM iterations, or epochs for "online_em" and "gd". X may be a numpy array, a torch
     tensor, a ``np.memmap`` (read in blocks) or a re-iterable of batches (a ``DataLoader``); for an iterable
@@ -102,6 +119,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         split_merge: int = 4,
         device: Any = None,
         dtype: Any = None,
+        checkpoint: Any = None,
+        checkpoint_every: int = 1,
     ) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -125,6 +144,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.split_merge = split_merge
         self.device = device
         self.dtype = dtype
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
 
     # -- checks --------------------------------------------------------------------------------------------------
 
@@ -193,6 +214,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def _fit(self, X: Any) -> "GaussianMixture":
         self._check_parameters()
+        path = _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
         settings = FitSettings.from_params(self.get_params(deep=False))
         fitter = REGISTRY[settings.fitter]
         data = self._source(X, reset=True)
@@ -202,6 +224,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 f'fitter="{self.fitter}" is not distributed (it steps per mini-batch); in a process group use '
                 'fitter="em", whose statistics are summed over all processes'
             )
+        if group and path is not None:
+            raise NotImplementedError(
+                "checkpoint is not supported in a process group (every process would write the same file); fit "
+                "without checkpoint there"
+            )
         n_total = _distributed.total_count(data.n_samples, data.device) if data.n_samples is not None else None
         if n_total is not None and n_total < self.n_components:
             raise ValueError(
@@ -209,47 +236,153 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             )
         rng = check_random_state(self.random_state)
         do_init = not (self.warm_start and hasattr(self, "converged_"))
+        ckpt = self._open_checkpoint(path, X, data, do_init)
+        saved = ckpt.load() if ckpt is not None else None
+        with _interrupt.deferred():  # a SIGINT waits for the fitters' next safe point (module _interrupt)
+            if saved is not None:
+                progress = _checkpoint.Progress.restore(saved, rng)
+                if saved.get("n_split_merge_accepted") is not None:
+                    self.n_split_merge_accepted_ = int(saved["n_split_merge_accepted"])
+            else:
+                progress = _checkpoint.Progress(rng, *self._start_shift_scale(data, rng, do_init, group))
+            self._shift, self._scale = progress.shift, progress.scale
+            if data.n_features is not None:
+                self.n_features_in_ = data.n_features
+            n_starts = self.n_init if do_init else 1
+            for _ in range(progress.start, n_starts):
+                result, records = self._fit_start(fitter, settings, data, progress, ckpt, do_init, saved)
+                saved = None
+                if progress.best is None or result.lower_bound > progress.best.lower_bound:
+                    progress.best, progress.best_history = result, records
+                progress.start += 1
+                if ckpt is not None and progress.start < n_starts:
+                    ckpt.save(self._payload(progress, "init"))
+            best = progress.best
+            assert best is not None
+            if not best.converged and self.max_iter > 0:
+                warnings.warn(
+                    "Best performing initialization did not converge. Try different init parameters, or increase "
+                    "max_iter, tol, or check for degenerate data.",
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
+            self._keep(best, progress.best_history)
+            if group and _distributed.any_stop(_interrupt.requested(), data.device):  # every process ends alike
+                _interrupt.clear()
+                raise KeyboardInterrupt
+            if ckpt is not None and not _interrupt.requested():  # an interrupt now keeps it for the rerun
+                ckpt.remove()
+        return self
+
+    def _start_shift_scale(
+        self, data: DataSource, rng: np.random.RandomState, do_init: bool, group: bool
+    ) -> tuple[Tensor, float]:
         shift, scale = self._shift_scale(data, rng) if do_init else (self._shift, self._scale)
         if group:  # rank 0's shift and scale everywhere: the statistics must share one coordinate system
             shift = _distributed.broadcast_tensor(shift)
             scale = float(_distributed.broadcast_tensor(torch.tensor(scale, dtype=torch.float64)))
-        self._shift, self._scale = shift, scale
-        if data.n_features is not None:
-            self.n_features_in_ = data.n_features
-        generator: torch.Generator | None = None
-        best: FitResult | None = None
-        best_history: list[dict[str, Any]] = []
-        for _ in range(self.n_init if do_init else 1):
-            if do_init and group:  # rank 0 initialises from its sample; every process starts from that
-                params = _distributed.broadcast_object(
-                    self._initial_params(data, rng, shift) if _distributed.rank() == 0 else None
-                )
+        return shift, scale
+
+    def _fit_start(
+        self,
+        fitter: Fitter,
+        settings: FitSettings,
+        data: DataSource,
+        progress: _checkpoint.Progress,
+        ckpt: _checkpoint.Checkpoint | None,
+        do_init: bool,
+        saved: dict[str, Any] | None,
+    ) -> tuple[FitResult, list[dict[str, Any]]]:
+        """One of the ``n_init`` starts (initial parameters, the fitter, split-and-merge), or its rest from the
+        checkpoint payload ``saved``. Interrupted, it keeps the last complete state as the fitted state,
+        checkpoints it and re-raises."""
+        stage = saved["stage"] if saved is not None else "init"
+        history = History(list(saved["history"]) if saved is not None else None)
+        try:
+            if stage == "split_merge":
+                assert saved is not None
+                result = _checkpoint.result_from_dict(saved["result"])
+                if saved.get("online_state") is not None:
+                    self._online_state = OnlineState(
+                        Summary(*saved["online_state"]["stats"]), saved["online_state"]["step"]
+                    )
             else:
-                params = self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
-            history = History()
-            if generator is None:  # drawn after the first start, so "em" draws exactly what sklearn draws
-                generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)) if fitter.shuffles else 0)
-            result = self._run_fitter(fitter, settings, data, params, shift, scale, generator, history)
-            if settings.split_merge > 0 and fitter.split_merge and result.converged and not result.interrupted:
-                result = self._split_merge(settings, data, result, rng, shift, history)
-            if best is None or result.lower_bound > best.lower_bound or result.interrupted:
-                best, best_history = result, history.records
-            if result.interrupted:
-                break
-        assert best is not None
-        if not best.converged and self.max_iter > 0 and not best.interrupted:
-            warnings.warn(
-                "Best performing initialization did not converge. Try different init parameters, or increase "
-                "max_iter, tol, or check for degenerate data.",
-                ConvergenceWarning,
-                stacklevel=3,
+                resume = saved["run"] if saved is not None and stage == "fit" else None
+                params = (
+                    MixtureParams(*resume["params"])
+                    if resume is not None
+                    else self._start_params(fitter, data, progress, do_init)
+                )
+                result = self._run_fitter(fitter, settings, data, params, progress, history, resume, ckpt)
+            if settings.split_merge > 0 and fitter.split_merge and result.converged:
+                if ckpt is not None:
+                    state = getattr(self, fitter.state_attr, None)
+                    online = (
+                        {"stats": list(state.stats), "step": state.step} if isinstance(state, OnlineState) else None
+                    )
+                    ckpt.save(
+                        self._payload(
+                            progress,
+                            "split_merge",
+                            history.records,
+                            result=_checkpoint.result_to_dict(result),
+                            online_state=online,
+                        )
+                    )
+                result = self._split_merge(settings, data, result, progress.rng, progress.shift, history)
+        except FitInterrupted as stop:
+            if ckpt is not None and stop.snapshot is not None:
+                ckpt.save(self._payload(progress, "fit", history.records, run=stop.snapshot))
+            if stop.state is not None:
+                setattr(self, fitter.state_attr, stop.state)
+            self._keep(stop.result, history.records)
+            raise
+        return result, history.records
+
+    def _start_params(
+        self, fitter: Fitter, data: DataSource, progress: _checkpoint.Progress, do_init: bool
+    ) -> MixtureParams:
+        """A start's initial parameters (rank 0's in a process group); the first start also seeds the generator
+        of the fitters that shuffle, after its draws, so "em" draws exactly what sklearn draws."""
+        rng, shift = progress.rng, progress.shift
+        if do_init and _distributed.active():  # rank 0 initialises from its sample; every process starts from that
+            params = _distributed.broadcast_object(
+                self._initial_params(data, rng, shift) if _distributed.rank() == 0 else None
             )
-        self._set_params(best.params)
-        self.converged_ = bool(best.converged and not best.interrupted)
-        self.n_iter_ = int(best.n_iter)
-        self.lower_bound_ = float(best.lower_bound)
-        self.history_ = best_history
-        return self
+        else:
+            params = self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
+        if progress.generator is None:
+            progress.generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)) if fitter.shuffles else 0)
+        return params
+
+    def _keep(self, result: FitResult, history: list[dict[str, Any]]) -> None:
+        """Make ``result`` the fitted state."""
+        self._set_params(result.params)
+        self.converged_ = bool(result.converged and not result.interrupted)
+        self.n_iter_ = int(result.n_iter)
+        self.lower_bound_ = float(result.lower_bound)
+        self.history_ = history
+
+    def _open_checkpoint(
+        self, path: Path | None, x: Any, data: DataSource, do_init: bool
+    ) -> _checkpoint.Checkpoint | None:
+        if path is None:
+            return None
+        start = (
+            "init"
+            if do_init
+            else _checkpoint.start_identity(
+                self.weights_, self.means_, self.covariances_, self.precisions_cholesky_, self._shift, self._scale
+            )
+        )
+        identity = _checkpoint.fit_identity(self.get_params(deep=False), x, _is_batches(x), start)
+        return _checkpoint.Checkpoint(path, int(self.checkpoint_every), identity, data.device)
+
+    def _payload(
+        self, progress: _checkpoint.Progress, stage: str, history: list[dict[str, Any]] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        accepted = getattr(self, "n_split_merge_accepted_", None)
+        return progress.payload(stage, history, n_split_merge_accepted=accepted, **extra)
 
     def _shift_scale(self, data: DataSource, rng: np.random.RandomState) -> tuple[Tensor, float]:
         sample = data.sample(_INIT_SAMPLE, rng).double()  # draws from rng only when N > _INIT_SAMPLE
@@ -318,15 +451,31 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         settings: FitSettings,
         data: DataSource,
         params: MixtureParams,
-        shift: Tensor,
-        scale: float,
-        generator: torch.Generator,
+        progress: _checkpoint.Progress,
         history: History,
+        resume: dict[str, Any] | None = None,
+        ckpt: _checkpoint.Checkpoint | None = None,
     ) -> FitResult:
         verbose = settings.verbose if _distributed.rank() == 0 else 0
+        hook = None
+        if ckpt is not None:
+
+            def hook(units: int, snapshot: Callable[[], dict[str, Any]]) -> None:
+                if ckpt.due(units):
+                    ckpt.save(self._payload(progress, "fit", history.records, run=snapshot()))
+
+        assert progress.generator is not None
         with history.progress(verbose, settings.max_iter, settings.fitter, fitter.unit):
             result, state = fitter.fit(
-                data, params, settings, shift=shift, scale=scale, generator=generator, callback=history.epoch
+                data,
+                params,
+                settings,
+                shift=progress.shift,
+                scale=progress.scale,
+                generator=progress.generator,
+                callback=history.epoch,
+                resume=resume,
+                on_safe_point=hook,
             )
         if state is not None:
             setattr(self, fitter.state_attr, state)
@@ -364,6 +513,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         """
         first = not hasattr(self, "converged_")
         self._check_parameters()
+        _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
         settings = FitSettings.from_params(self.get_params(deep=False))
         fitter = REGISTRY[settings.fitter]
         data = self._source(X, reset=first)
@@ -381,12 +531,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         params = self._params(data.dtype, data.device)
         t0 = time.perf_counter()
         state = getattr(self, fitter.state_attr, None)
-        state, new, loglik = fitter.partial_step(state, x, params, settings, shift=self._shift, scale=self._scale)
-        setattr(self, fitter.state_attr, state)
-        self._set_params(new)
-        self.n_iter_ += 1
-        self.lower_bound_ = loglik
-        History(self.history_).epoch(self.n_iter_, loglik, time.perf_counter() - t0, new.weights)
+        with _interrupt.deferred():  # the step (in place for "gd") and its bookkeeping complete, then a SIGINT
+            state, new, loglik = fitter.partial_step(state, x, params, settings, shift=self._shift, scale=self._scale)
+            setattr(self, fitter.state_attr, state)
+            self._set_params(new)
+            self.n_iter_ += 1
+            self.lower_bound_ = loglik
+            History(self.history_).epoch(self.n_iter_, loglik, time.perf_counter() - t0, new.weights)
         return self
 
     # -- parameters ----------------------------------------------------------------------------------------------
