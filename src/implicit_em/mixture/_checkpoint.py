@@ -55,7 +55,8 @@ __all__ = [
 
 FORMAT = "implicit_em.mixture.GaussianMixture checkpoint"
 VERSION = 1
-_NOT_IDENTITY = ("verbose", "verbose_interval", "checkpoint", "checkpoint_every")  # never change a result
+# never change a result (warm_start does only through the start, which the identity's "start" describes)
+_NOT_IDENTITY = ("verbose", "verbose_interval", "checkpoint", "checkpoint_every", "warm_start")
 _ROWS = 1024  # rows of the data the fingerprint hashes
 _START_OVER = "Delete the file to start this fit over"
 

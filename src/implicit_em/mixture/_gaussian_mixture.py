@@ -10,7 +10,6 @@ reached through one interface (``_fitting.py``: the settings, the fitter registr
 import math
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,14 @@ from torch import Tensor
 
 from implicit_em import gaussian
 from implicit_em.gaussian import COVARIANCE_TYPES
-from implicit_em.mixture import _checkpoint, _distributed, _interrupt, _stats
+from implicit_em.mixture import _checkpoint, _distributed, _interrupt, _starts, _stats
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import FitResult
 from implicit_em.mixture._fitting import CHUNK as _CHUNK
-from implicit_em.mixture._fitting import FITTERS, REGISTRY, FitSettings, Fitter, History
+from implicit_em.mixture._fitting import FITTERS, REGISTRY, FitSettings, History
 from implicit_em.mixture._init import INIT_PARAMS, initial_assignment
-from implicit_em.mixture._interrupt import FitInterrupted
-from implicit_em.mixture._online_em import OnlineState
 from implicit_em.mixture._split_merge import fit_split_merge
-from implicit_em.mixture._stats import MixtureParams, Summary
+from implicit_em.mixture._stats import MixtureParams
 
 _INIT_SAMPLE = 200_000  # rows k-means sees when N is larger (or X is an iterable: one pass draws them)
 
@@ -248,17 +245,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             self._shift, self._scale = progress.shift, progress.scale
             if data.n_features is not None:
                 self.n_features_in_ = data.n_features
-            n_starts = self.n_init if do_init else 1
-            for _ in range(progress.start, n_starts):
-                result, records = self._fit_start(fitter, settings, data, progress, ckpt, do_init, saved)
-                saved = None
-                if progress.best is None or result.lower_bound > progress.best.lower_bound:
-                    progress.best, progress.best_history = result, records
-                progress.start += 1
-                if ckpt is not None and progress.start < n_starts:
-                    ckpt.save(self._payload(progress, "init"))
-            best = progress.best
-            assert best is not None
+            starts = _starts.Starts(self, fitter, settings, data, progress, ckpt, do_init)
+            best, best_history = starts.run(self.n_init if do_init else 1, saved)
             if not best.converged and self.max_iter > 0:
                 warnings.warn(
                     "Best performing initialization did not converge. Try different init parameters, or increase "
@@ -266,7 +254,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                     ConvergenceWarning,
                     stacklevel=3,
                 )
-            self._keep(best, progress.best_history)
+            self._keep(best, best_history)
             if group and _distributed.any_stop(_interrupt.requested(), data.device):  # every process ends alike
                 _interrupt.clear()
                 raise KeyboardInterrupt
@@ -282,78 +270,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             shift = _distributed.broadcast_tensor(shift)
             scale = float(_distributed.broadcast_tensor(torch.tensor(scale, dtype=torch.float64)))
         return shift, scale
-
-    def _fit_start(
-        self,
-        fitter: Fitter,
-        settings: FitSettings,
-        data: DataSource,
-        progress: _checkpoint.Progress,
-        ckpt: _checkpoint.Checkpoint | None,
-        do_init: bool,
-        saved: dict[str, Any] | None,
-    ) -> tuple[FitResult, list[dict[str, Any]]]:
-        """One of the ``n_init`` starts (initial parameters, the fitter, split-and-merge), or its rest from the
-        checkpoint payload ``saved``. Interrupted, it keeps the last complete state as the fitted state,
-        checkpoints it and re-raises."""
-        stage = saved["stage"] if saved is not None else "init"
-        history = History(list(saved["history"]) if saved is not None else None)
-        try:
-            if stage == "split_merge":
-                assert saved is not None
-                result = _checkpoint.result_from_dict(saved["result"])
-                if saved.get("online_state") is not None:
-                    self._online_state = OnlineState(
-                        Summary(*saved["online_state"]["stats"]), saved["online_state"]["step"]
-                    )
-            else:
-                resume = saved["run"] if saved is not None and stage == "fit" else None
-                params = (
-                    MixtureParams(*resume["params"])
-                    if resume is not None
-                    else self._start_params(fitter, data, progress, do_init)
-                )
-                result = self._run_fitter(fitter, settings, data, params, progress, history, resume, ckpt)
-            if settings.split_merge > 0 and fitter.split_merge and result.converged:
-                if ckpt is not None:
-                    state = getattr(self, fitter.state_attr, None)
-                    online = (
-                        {"stats": list(state.stats), "step": state.step} if isinstance(state, OnlineState) else None
-                    )
-                    ckpt.save(
-                        self._payload(
-                            progress,
-                            "split_merge",
-                            history.records,
-                            result=_checkpoint.result_to_dict(result),
-                            online_state=online,
-                        )
-                    )
-                result = self._split_merge(settings, data, result, progress.rng, progress.shift, history)
-        except FitInterrupted as stop:
-            if ckpt is not None and stop.snapshot is not None:
-                ckpt.save(self._payload(progress, "fit", history.records, run=stop.snapshot))
-            if stop.state is not None:
-                setattr(self, fitter.state_attr, stop.state)
-            self._keep(stop.result, history.records)
-            raise
-        return result, history.records
-
-    def _start_params(
-        self, fitter: Fitter, data: DataSource, progress: _checkpoint.Progress, do_init: bool
-    ) -> MixtureParams:
-        """A start's initial parameters (rank 0's in a process group); the first start also seeds the generator
-        of the fitters that shuffle, after its draws, so "em" draws exactly what sklearn draws."""
-        rng, shift = progress.rng, progress.shift
-        if do_init and _distributed.active():  # rank 0 initialises from its sample; every process starts from that
-            params = _distributed.broadcast_object(
-                self._initial_params(data, rng, shift) if _distributed.rank() == 0 else None
-            )
-        else:
-            params = self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
-        if progress.generator is None:
-            progress.generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)) if fitter.shuffles else 0)
-        return params
 
     def _keep(self, result: FitResult, history: list[dict[str, Any]]) -> None:
         """Make ``result`` the fitted state."""
@@ -377,12 +293,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         )
         identity = _checkpoint.fit_identity(self.get_params(deep=False), x, _is_batches(x), start)
         return _checkpoint.Checkpoint(path, int(self.checkpoint_every), identity, data.device)
-
-    def _payload(
-        self, progress: _checkpoint.Progress, stage: str, history: list[dict[str, Any]] | None = None, **extra: Any
-    ) -> dict[str, Any]:
-        accepted = getattr(self, "n_split_merge_accepted_", None)
-        return progress.payload(stage, history, n_split_merge_accepted=accepted, **extra)
 
     def _shift_scale(self, data: DataSource, rng: np.random.RandomState) -> tuple[Tensor, float]:
         sample = data.sample(_INIT_SAMPLE, rng).double()  # draws from rng only when N > _INIT_SAMPLE
@@ -444,42 +354,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             assert params is not None
             prec_chol, cov = params.precisions_cholesky, params.covariances
         return MixtureParams(w, mu, cov, prec_chol)
-
-    def _run_fitter(
-        self,
-        fitter: Fitter,
-        settings: FitSettings,
-        data: DataSource,
-        params: MixtureParams,
-        progress: _checkpoint.Progress,
-        history: History,
-        resume: dict[str, Any] | None = None,
-        ckpt: _checkpoint.Checkpoint | None = None,
-    ) -> FitResult:
-        verbose = settings.verbose if _distributed.rank() == 0 else 0
-        hook = None
-        if ckpt is not None:
-
-            def hook(units: int, snapshot: Callable[[], dict[str, Any]]) -> None:
-                if ckpt.due(units):
-                    ckpt.save(self._payload(progress, "fit", history.records, run=snapshot()))
-
-        assert progress.generator is not None
-        with history.progress(verbose, settings.max_iter, settings.fitter, fitter.unit):
-            result, state = fitter.fit(
-                data,
-                params,
-                settings,
-                shift=progress.shift,
-                scale=progress.scale,
-                generator=progress.generator,
-                callback=history.epoch,
-                resume=resume,
-                on_safe_point=hook,
-            )
-        if state is not None:
-            setattr(self, fitter.state_attr, state)
-        return result
 
     def _split_merge(
         self,
