@@ -198,6 +198,27 @@ def test_warm_start_after_an_interrupt_reaches_the_uninterrupted_fit_bitwise(mon
     assert gm.converged_ == uninterrupted.converged_
 
 
+@pytest.mark.parametrize("fitter", ["online_em", "gd"])
+def test_warm_start_after_an_interrupt_reaches_the_uninterrupted_optimum(
+    fitter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stochastic fitters restart their step size (online EM's γ_t, Adam's moments) on a warm start, so the
+    continuation is not the same path; it reaches the same optimum to the fitters' noise (measured: 4e-6 nats
+    per sample for online EM, 0.004 for gd). Exact continuation is the checkpoint's job."""
+    kw = _kw(fitter, tol=1e-5, max_iter=200)
+    uninterrupted = _quiet_fit(**kw)
+    with monkeypatch.context() as m:
+        _sigint_at_record(m, 3)
+        gm = GaussianMixture(**kw)
+        with pytest.raises(KeyboardInterrupt):
+            gm.fit(_blobs())
+    gm.set_params(warm_start=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gm.fit(_blobs())
+    assert abs(gm.score(_blobs()) - uninterrupted.score(_blobs())) < 0.01
+
+
 def test_sigint_in_a_later_start_stops_the_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     starts = [0]
     original = GaussianMixture._initial_params

@@ -100,7 +100,7 @@ def fit_identity(params: dict[str, Any], x: Any, batches: bool, start: str) -> d
 
 def start_identity(*arrays: Any) -> str:
     """The warm start's identity: a hash of the fitted parameters a warm start continues from."""
-    return "warm " + _digest([np.asarray(a, dtype=np.float64) for a in arrays])
+    return "warm " + _digest([_rows(a, None) for a in arrays])
 
 
 def _describe(value: Any) -> str:

@@ -73,11 +73,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
       ``torch.distributed`` process group; ``partial_fit`` does not use it);
     - checkpoint_every: iterations (epochs) between checkpoints, >= 1 (default 1).
 
-    Ctrl-C (SIGINT) stops ``fit`` and ``partial_fit`` at the next safe point (after the chunk of the E-step
-    pass, or the mini-batch step, in progress), keeps the last complete parameters as the fitted state (with
-    ``converged_ = False``, ``n_iter_`` the complete iterations or epochs, so ``warm_start=True`` continues from
-    there; with ``n_init > 1``, those of the start that was running) and raises ``KeyboardInterrupt``. In a
-    process group every process stops in the same iteration and raises (``_interrupt.py``).
+    Ctrl-C (SIGINT) stops ``fit`` at the next safe point: for "em" the next chunk of the E-step pass (the pass
+    is dropped: the parameters are those of the last complete iteration), for "online_em" and "gd" the end of
+    the mini-batch step in progress (the parameters include the steps of the unfinished epoch). The last
+    complete state becomes the fitted state (``converged_ = False``, ``n_iter_`` the complete iterations or
+    epochs, so ``warm_start=True`` continues from there; with ``n_init > 1``, the start that was running), a
+    checkpoint is written if one is set, and ``KeyboardInterrupt`` is raised. ``partial_fit`` completes its
+    step first. In a process group every process stops in the same iteration and raises (``_interrupt.py``).
 
     ``max_iter`` counts EM iterations, or epochs for "online_em" and "gd". X may be a numpy array, a torch
     tensor, a ``np.memmap`` (read in blocks) or a re-iterable of batches (a ``DataLoader``); for an iterable
