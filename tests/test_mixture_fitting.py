@@ -114,7 +114,13 @@ def _cases() -> dict[str, Callable[[], GaussianMixture]]:
             4, fitter=f, split_merge=4, batch_size=None if f == "em" else 100, random_state=0, **_two_in_one()
         ).fit(_four_blobs())
     cases["warm-start-em"] = _warm_start
-    cases["interrupted-em"] = lambda: GaussianMixture(
+    cases["interrupted-em"] = _interrupted
+    return cases
+
+
+def _interrupted() -> GaussianMixture:
+    """Ctrl-C in the fourth pass: ``fit`` raises (since issue 11; it used to return) and keeps the same state."""
+    gm = GaussianMixture(
         3,
         random_state=0,
         tol=0.0,
@@ -122,8 +128,10 @@ def _cases() -> dict[str, Callable[[], GaussianMixture]]:
         means_init=np.array([[0.5, 0.5], [4.0, 1.0], [1.0, 4.0]]),
         weights_init=np.full(3, 1 / 3),
         precisions_init=np.stack([np.eye(2)] * 3),
-    ).fit(_InterruptAfter(_three_blobs(), passes=3))
-    return cases
+    )
+    with pytest.raises(KeyboardInterrupt):
+        gm.fit(_InterruptAfter(_three_blobs(), passes=3))
+    return gm
 
 
 CASES = _cases()

@@ -36,15 +36,31 @@ def rank() -> int:
 
 def all_reduce_summary(summary: Summary) -> Summary:
     """The sum of every process's statistics (one collective on one flat float64 buffer)."""
+    return all_reduce_pass(summary, False)[0]
+
+
+def all_reduce_pass(summary: Summary, stop: bool) -> tuple[Summary, bool]:
+    """The sum of every process's statistics, and whether any process asks to stop (an interrupt), in the same
+    collective: one more element of the flat float64 buffer, so all processes stop in the same iteration."""
     if not active():
-        return summary
-    flat = torch.cat([t.reshape(-1) for t in summary])
+        return summary, stop
+    flag = torch.tensor([float(stop)], dtype=torch.float64, device=summary.n.device)
+    flat = torch.cat([*(t.reshape(-1) for t in summary), flag])
     torch.distributed.all_reduce(flat)
     out, start = [], 0
     for t in summary:
         out.append(flat[start : start + t.numel()].reshape(t.shape))
         start += t.numel()
-    return Summary(*out)
+    return Summary(*out), bool(flat[-1] > 0)
+
+
+def any_stop(stop: bool, device: torch.device) -> bool:
+    """Whether any process asks to stop (one all-reduce of a flag): the processes agree on how a fit ends."""
+    if not active():
+        return stop
+    flag = torch.tensor([float(stop)], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(flag)
+    return bool(flag[0] > 0)
 
 
 def zero_summary(n_components: int, n_features: int, device: torch.device) -> Summary:

@@ -8,10 +8,11 @@ round-off. ``_estimate_gaussian_parameters`` and ``_estimate_log_gaussian_prob``
 (responsibilities times centred data), kept as the oracle for the fast path.
 """
 
+import functools
 import math
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float
@@ -19,8 +20,9 @@ from torch import Tensor
 
 from implicit_em import gaussian
 from implicit_em.distances import gaussian_energies
-from implicit_em.mixture import _distributed
+from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._stats import (
     MixtureParams,
     Summary,
@@ -32,12 +34,18 @@ from implicit_em.mixture._stats import (
 #: callback(epoch, mean train log-likelihood, seconds, component usage (K,)) after every pass
 Callback = Callable[[int, float, float, Tensor], None]
 
+#: on_safe_point(units done, snapshot): called where a fit can be resumed from (after an iteration, or an epoch
+#: of the stochastic fitters); ``snapshot()`` builds the resumable state (a dict of tensors, numbers, strings and
+#: lists, what a checkpoint stores and the fitter's ``resume`` argument takes) only when the caller wants it
+SafePoint = Callable[[int, Callable[[], dict[str, Any]]], None]
+
 
 class FitResult(NamedTuple):
     """What a fitter returns: the parameters, iterations run, final lower bound and whether it converged.
 
-    ``interrupted`` is True when a KeyboardInterrupt stopped the fit; ``params`` are then the last complete
-    ones (EM never decreases the likelihood, so they are the best so far).
+    ``interrupted`` is True only in the result a :class:`~implicit_em.mixture._interrupt.FitInterrupted`
+    carries; ``params`` are then the last complete ones (EM never decreases the likelihood, so they are the best
+    so far).
     """
 
     params: MixtureParams
@@ -54,18 +62,30 @@ def full_pass(
     shift: Float[Tensor, " d"],
     batch_size: int,
     sync: bool = True,
+    interruptible: bool = False,
 ) -> Summary:
     """One E-step over all the data: the summed statistics (float64) and the summed log-likelihood; in a
     process group (and unless ``sync=False``), summed over every process's shard
-    (:mod:`implicit_em.mixture._distributed`)."""
+    (:mod:`implicit_em.mixture._distributed`).
+
+    ``interruptible``: a pending SIGINT raises ``KeyboardInterrupt`` between chunks (the pass is abandoned), or,
+    in a process group, after the all-reduce that tells every process about it (all of them raise).
+    """
     a = score_matrix(params, covariance_type, shift).to(data.dtype)
+    collective = sync and _distributed.active()
     total: Summary | None = None
     for x in data.batches(batch_size):
+        if interruptible and not collective:
+            _interrupt.check()
         part, _ = summarize(x, a, shift)
         total = part if total is None else total + part
-    if sync and _distributed.active():  # every process's statistics summed; a process without data adds zeros
+    if collective:  # every process's statistics summed; a process without data adds zeros
         k, d = params.means.shape
-        total = _distributed.all_reduce_summary(total or _distributed.zero_summary(k, d, params.means.device))
+        total = total or _distributed.zero_summary(k, d, params.means.device)
+        total, stop = _distributed.all_reduce_pass(total, interruptible and _interrupt.requested())
+        if stop:  # some process was interrupted: every process stops here
+            _interrupt.clear()
+            raise KeyboardInterrupt
     if total is None or float(total.n) == 0:
         raise ValueError("X has no samples")
     return total
@@ -84,25 +104,51 @@ def fit_em(
     lower_bound: float = -math.inf,
     callback: Callback | None = None,
     sync: bool = True,
+    resume: dict[str, Any] | None = None,
+    on_safe_point: SafePoint | None = None,
+    interruptible: bool = True,
 ) -> FitResult:
     """Batch EM from ``params`` until |Δ mean log-likelihood| < tol or ``max_iter`` iterations (over every
-    process's shard in a process group unless ``sync=False``)."""
-    converged, n_iter = False, 0
-    try:
-        for n_iter in range(1, max_iter + 1):
-            t0 = time.perf_counter()
-            prev = lower_bound
-            summary = full_pass(data, params, covariance_type, shift, batch_size, sync)
-            lower_bound = float(summary.loglik / summary.n)
-            params = from_summaries(summary, shift, reg_covar, covariance_type, params.means.dtype)
-            if callback is not None:
-                callback(n_iter, lower_bound, time.perf_counter() - t0, summary.nk / summary.n)
-            if abs(lower_bound - prev) < tol:
-                converged = True
-                break
-    except KeyboardInterrupt:
-        return FitResult(params, max(n_iter - 1, 0), lower_bound, False, True)
-    return FitResult(params, n_iter, lower_bound, converged, False)
+    process's shard in a process group unless ``sync=False``).
+
+    A SIGINT (:mod:`implicit_em.mixture._interrupt`) stops it at the next chunk boundary with
+    :class:`~implicit_em.mixture._interrupt.FitInterrupted`, carrying the last complete iteration and its
+    snapshot. ``on_safe_point(n_iter, snapshot)`` is called after every iteration that did not converge;
+    ``resume`` (such a snapshot: parameters, iterations done, lower bound) continues after that iteration,
+    with exactly the numbers an uninterrupted run has. ``interruptible=False`` (a local fit inside another
+    computation) leaves a SIGINT pending for the caller.
+    """
+    n_done, converged = 0, False
+    if resume is not None:
+        params, n_done, lower_bound = _from_snapshot(resume)
+    with _interrupt.deferred():
+        try:
+            for n_iter in range(n_done + 1, max_iter + 1):
+                t0 = time.perf_counter()
+                prev = lower_bound
+                summary = full_pass(data, params, covariance_type, shift, batch_size, sync, interruptible)
+                new = from_summaries(summary, shift, reg_covar, covariance_type, params.means.dtype)
+                params, lower_bound, n_done = new, float(summary.loglik / summary.n), n_iter  # one commit
+                if callback is not None:
+                    callback(n_iter, lower_bound, time.perf_counter() - t0, summary.nk / summary.n)
+                if abs(lower_bound - prev) < tol:
+                    converged = True
+                    break
+                if on_safe_point is not None:
+                    on_safe_point(n_done, functools.partial(em_snapshot, params, n_done, lower_bound))
+        except KeyboardInterrupt:
+            result = FitResult(params, n_done, lower_bound, False, True)
+            raise FitInterrupted(result, None, em_snapshot(params, n_done, lower_bound)) from None
+    return FitResult(params, n_done, lower_bound, converged, False)
+
+
+def em_snapshot(params: MixtureParams, n_iter: int, lower_bound: float) -> dict[str, Any]:
+    """The state batch EM resumes from after ``n_iter`` iterations (``fit_em(resume=...)``)."""
+    return {"params": list(params), "n_iter": n_iter, "lower_bound": lower_bound}
+
+
+def _from_snapshot(snapshot: dict[str, Any]) -> tuple[MixtureParams, int, float]:
+    return MixtureParams(*snapshot["params"]), int(snapshot["n_iter"]), float(snapshot["lower_bound"])
 
 
 def _estimate_gaussian_parameters(

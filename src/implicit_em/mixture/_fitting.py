@@ -17,7 +17,7 @@ from torch import Tensor
 
 from implicit_em.mixture import _stats
 from implicit_em.mixture._data import DataSource
-from implicit_em.mixture._em import Callback, FitResult, fit_em
+from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
 from implicit_em.mixture._gd import fit_gd, gd_step, make_state, state_params
 from implicit_em.mixture._online_em import fit_online_em, init_state, online_step
 from implicit_em.mixture._stats import MixtureParams
@@ -153,8 +153,15 @@ class Fitter(Protocol):
         scale: float,
         generator: torch.Generator,
         callback: Callback,
+        resume: dict[str, Any] | None = None,
+        on_safe_point: SafePoint | None = None,
     ) -> tuple[FitResult, Any]:
-        """Fit from ``params``; returns the result and the state ``partial_fit`` would continue from."""
+        """Fit from ``params``; returns the result and the state ``partial_fit`` would continue from.
+
+        ``on_safe_point(units, snapshot)`` is called after every iteration (epoch) that did not converge, where
+        ``snapshot()`` is the fitter's resumable state; ``resume`` continues from such a snapshot (or from the
+        one a :class:`~implicit_em.mixture._interrupt.FitInterrupted` carries), bitwise as if never stopped.
+        """
         ...
 
     def partial_step(
@@ -202,6 +209,8 @@ class BatchEM:
         scale: float,
         generator: torch.Generator,
         callback: Callback,
+        resume: dict[str, Any] | None = None,
+        on_safe_point: SafePoint | None = None,
     ) -> tuple[FitResult, Any]:
         result = fit_em(
             data,
@@ -213,6 +222,8 @@ class BatchEM:
             shift=shift,
             batch_size=settings.batch_size,
             callback=callback,
+            resume=resume,
+            on_safe_point=on_safe_point,
         )
         return result, None
 
@@ -243,6 +254,8 @@ class OnlineEM:
         scale: float,
         generator: torch.Generator,
         callback: Callback,
+        resume: dict[str, Any] | None = None,
+        on_safe_point: SafePoint | None = None,
     ) -> tuple[FitResult, Any]:
         return fit_online_em(
             data,
@@ -255,6 +268,8 @@ class OnlineEM:
             batch_size=settings.batch_size,
             generator=generator,
             callback=callback,
+            resume=resume,
+            on_safe_point=on_safe_point,
         )
 
     def partial_step(
@@ -284,6 +299,8 @@ class GradientDescent:
         scale: float,
         generator: torch.Generator,
         callback: Callback,
+        resume: dict[str, Any] | None = None,
+        on_safe_point: SafePoint | None = None,
     ) -> tuple[FitResult, Any]:
         result, state = fit_gd(
             data,
@@ -299,8 +316,10 @@ class GradientDescent:
             optimizer=settings.optimizer,
             volume=settings.volume,
             callback=callback,
+            resume=resume,
+            on_safe_point=on_safe_point,
         )
-        if result.interrupted or not settings.volume:
+        if not settings.volume:
             return result, state
         return result._replace(lower_bound=_mean_loglik(data, result.params, settings.covariance_type, shift)), state
 

@@ -10,6 +10,7 @@ reached through one interface (``_fitting.py``: the settings, the fitter registr
 import math
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,11 +24,11 @@ from torch import Tensor
 
 from implicit_em import gaussian
 from implicit_em.gaussian import COVARIANCE_TYPES
-from implicit_em.mixture import _distributed, _stats
+from implicit_em.mixture import _checkpoint, _distributed, _interrupt, _starts, _stats
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import FitResult
 from implicit_em.mixture._fitting import CHUNK as _CHUNK
-from implicit_em.mixture._fitting import FITTERS, REGISTRY, FitSettings, Fitter, History
+from implicit_em.mixture._fitting import FITTERS, REGISTRY, FitSettings, History
 from implicit_em.mixture._init import INIT_PARAMS, initial_assignment
 from implicit_em.mixture._split_merge import fit_split_merge
 from implicit_em.mixture._stats import MixtureParams
@@ -63,7 +64,22 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     - split_merge: after "em" or "online_em" converge, try up to this many split-and-merge moves (merge the two
       most overlapping components, split the least Gaussian one, rerun EM, keep it if the likelihood rises;
       ``_split_merge.py``). Default 4; 0 gives exactly sklearn's result (moves run only after convergence);
-    - device, dtype: where and in what precision to compute (default: X's device and float dtype).
+    - device, dtype: where and in what precision to compute (default: X's device and float dtype);
+    - checkpoint: None, or a file path: ``fit`` writes its state there every ``checkpoint_every`` units of
+      ``max_iter`` (EM iterations, or epochs for "online_em" and "gd") and when interrupted, and the same call
+      after a crash resumes from it, ending with the parameters of a fit that was never stopped (bitwise on
+      CPU). A checkpoint of another call (other parameters, data or fitter) or an unreadable file raises
+      ValueError; delete it to start over. It is removed when ``fit`` completes (``_checkpoint.py``; not in a
+      ``torch.distributed`` process group; ``partial_fit`` does not use it);
+    - checkpoint_every: iterations (epochs) between checkpoints, >= 1 (default 1).
+
+    Ctrl-C (SIGINT) stops ``fit`` at the next safe point: for "em" the next chunk of the E-step pass (the pass
+    is dropped: the parameters are those of the last complete iteration), for "online_em" and "gd" the end of
+    the mini-batch step in progress (the parameters include the steps of the unfinished epoch). The last
+    complete state becomes the fitted state (``converged_ = False``, ``n_iter_`` the complete iterations or
+    epochs, so ``warm_start=True`` continues from there; with ``n_init > 1``, the start that was running), a
+    checkpoint is written if one is set, and ``KeyboardInterrupt`` is raised. ``partial_fit`` completes its
+    step first. In a process group every process stops in the same iteration and raises (``_interrupt.py``).
 
     ``max_iter`` counts EM iterations, or epochs for "online_em" and "gd". X may be a numpy array, a torch
     tensor, a ``np.memmap`` (read in blocks) or a re-iterable of batches (a ``DataLoader``); for an iterable
@@ -102,6 +118,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         split_merge: int = 4,
         device: Any = None,
         dtype: Any = None,
+        checkpoint: Any = None,
+        checkpoint_every: int = 1,
     ) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -125,6 +143,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.split_merge = split_merge
         self.device = device
         self.dtype = dtype
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
 
     # -- checks --------------------------------------------------------------------------------------------------
 
@@ -193,6 +213,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def _fit(self, X: Any) -> "GaussianMixture":
         self._check_parameters()
+        path = _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
         settings = FitSettings.from_params(self.get_params(deep=False))
         fitter = REGISTRY[settings.fitter]
         data = self._source(X, reset=True)
@@ -202,6 +223,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 f'fitter="{self.fitter}" is not distributed (it steps per mini-batch); in a process group use '
                 'fitter="em", whose statistics are summed over all processes'
             )
+        if group and path is not None:
+            raise NotImplementedError(
+                "checkpoint is not supported in a process group (every process would write the same file); fit "
+                "without checkpoint there"
+            )
         n_total = _distributed.total_count(data.n_samples, data.device) if data.n_samples is not None else None
         if n_total is not None and n_total < self.n_components:
             raise ValueError(
@@ -209,47 +235,66 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             )
         rng = check_random_state(self.random_state)
         do_init = not (self.warm_start and hasattr(self, "converged_"))
+        ckpt = self._open_checkpoint(path, X, data, do_init)
+        saved = ckpt.load() if ckpt is not None else None
+        with _interrupt.deferred():  # a SIGINT waits for the fitters' next safe point (module _interrupt)
+            if saved is not None:
+                progress = _checkpoint.Progress.restore(saved, rng)
+                if saved.get("n_split_merge_accepted") is not None:
+                    self.n_split_merge_accepted_ = int(saved["n_split_merge_accepted"])
+            else:
+                progress = _checkpoint.Progress(rng, *self._start_shift_scale(data, rng, do_init, group))
+            self._shift, self._scale = progress.shift, progress.scale
+            if data.n_features is not None:
+                self.n_features_in_ = data.n_features
+            starts = _starts.Starts(self, fitter, settings, data, progress, ckpt, do_init)
+            best, best_history = starts.run(self.n_init if do_init else 1, saved)
+            if not best.converged and self.max_iter > 0:
+                warnings.warn(
+                    "Best performing initialization did not converge. Try different init parameters, or increase "
+                    "max_iter, tol, or check for degenerate data.",
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
+            self._keep(best, best_history)
+            if group and _distributed.any_stop(_interrupt.requested(), data.device):  # every process ends alike
+                _interrupt.clear()
+                raise KeyboardInterrupt
+            if ckpt is not None and not _interrupt.requested():  # an interrupt now keeps it for the rerun
+                ckpt.remove()
+        return self
+
+    def _start_shift_scale(
+        self, data: DataSource, rng: np.random.RandomState, do_init: bool, group: bool
+    ) -> tuple[Tensor, float]:
         shift, scale = self._shift_scale(data, rng) if do_init else (self._shift, self._scale)
         if group:  # rank 0's shift and scale everywhere: the statistics must share one coordinate system
             shift = _distributed.broadcast_tensor(shift)
             scale = float(_distributed.broadcast_tensor(torch.tensor(scale, dtype=torch.float64)))
-        self._shift, self._scale = shift, scale
-        if data.n_features is not None:
-            self.n_features_in_ = data.n_features
-        generator: torch.Generator | None = None
-        best: FitResult | None = None
-        best_history: list[dict[str, Any]] = []
-        for _ in range(self.n_init if do_init else 1):
-            if do_init and group:  # rank 0 initialises from its sample; every process starts from that
-                params = _distributed.broadcast_object(
-                    self._initial_params(data, rng, shift) if _distributed.rank() == 0 else None
-                )
-            else:
-                params = self._initial_params(data, rng, shift) if do_init else self._params(data.dtype, data.device)
-            history = History()
-            if generator is None:  # drawn after the first start, so "em" draws exactly what sklearn draws
-                generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)) if fitter.shuffles else 0)
-            result = self._run_fitter(fitter, settings, data, params, shift, scale, generator, history)
-            if settings.split_merge > 0 and fitter.split_merge and result.converged and not result.interrupted:
-                result = self._split_merge(settings, data, result, rng, shift, history)
-            if best is None or result.lower_bound > best.lower_bound or result.interrupted:
-                best, best_history = result, history.records
-            if result.interrupted:
-                break
-        assert best is not None
-        if not best.converged and self.max_iter > 0 and not best.interrupted:
-            warnings.warn(
-                "Best performing initialization did not converge. Try different init parameters, or increase "
-                "max_iter, tol, or check for degenerate data.",
-                ConvergenceWarning,
-                stacklevel=3,
+        return shift, scale
+
+    def _keep(self, result: FitResult, history: list[dict[str, Any]]) -> None:
+        """Make ``result`` the fitted state."""
+        self._set_params(result.params)
+        self.converged_ = bool(result.converged and not result.interrupted)
+        self.n_iter_ = int(result.n_iter)
+        self.lower_bound_ = float(result.lower_bound)
+        self.history_ = history
+
+    def _open_checkpoint(
+        self, path: Path | None, x: Any, data: DataSource, do_init: bool
+    ) -> _checkpoint.Checkpoint | None:
+        if path is None:
+            return None
+        start = (
+            "init"
+            if do_init
+            else _checkpoint.start_identity(
+                self.weights_, self.means_, self.covariances_, self.precisions_cholesky_, self._shift, self._scale
             )
-        self._set_params(best.params)
-        self.converged_ = bool(best.converged and not best.interrupted)
-        self.n_iter_ = int(best.n_iter)
-        self.lower_bound_ = float(best.lower_bound)
-        self.history_ = best_history
-        return self
+        )
+        identity = _checkpoint.fit_identity(self.get_params(deep=False), x, _is_batches(x), start)
+        return _checkpoint.Checkpoint(path, int(self.checkpoint_every), identity, data.device)
 
     def _shift_scale(self, data: DataSource, rng: np.random.RandomState) -> tuple[Tensor, float]:
         sample = data.sample(_INIT_SAMPLE, rng).double()  # draws from rng only when N > _INIT_SAMPLE
@@ -312,26 +357,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             prec_chol, cov = params.precisions_cholesky, params.covariances
         return MixtureParams(w, mu, cov, prec_chol)
 
-    def _run_fitter(
-        self,
-        fitter: Fitter,
-        settings: FitSettings,
-        data: DataSource,
-        params: MixtureParams,
-        shift: Tensor,
-        scale: float,
-        generator: torch.Generator,
-        history: History,
-    ) -> FitResult:
-        verbose = settings.verbose if _distributed.rank() == 0 else 0
-        with history.progress(verbose, settings.max_iter, settings.fitter, fitter.unit):
-            result, state = fitter.fit(
-                data, params, settings, shift=shift, scale=scale, generator=generator, callback=history.epoch
-            )
-        if state is not None:
-            setattr(self, fitter.state_attr, state)
-        return result
-
     def _split_merge(
         self,
         settings: FitSettings,
@@ -364,6 +389,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         """
         first = not hasattr(self, "converged_")
         self._check_parameters()
+        _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
         settings = FitSettings.from_params(self.get_params(deep=False))
         fitter = REGISTRY[settings.fitter]
         data = self._source(X, reset=first)
@@ -381,12 +407,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         params = self._params(data.dtype, data.device)
         t0 = time.perf_counter()
         state = getattr(self, fitter.state_attr, None)
-        state, new, loglik = fitter.partial_step(state, x, params, settings, shift=self._shift, scale=self._scale)
-        setattr(self, fitter.state_attr, state)
-        self._set_params(new)
-        self.n_iter_ += 1
-        self.lower_bound_ = loglik
-        History(self.history_).epoch(self.n_iter_, loglik, time.perf_counter() - t0, new.weights)
+        with _interrupt.deferred():  # the step (in place for "gd") and its bookkeeping complete, then a SIGINT
+            state, new, loglik = fitter.partial_step(state, x, params, settings, shift=self._shift, scale=self._scale)
+            setattr(self, fitter.state_attr, state)
+            self._set_params(new)
+            self.n_iter_ += 1
+            self.lower_bound_ = loglik
+            History(self.history_).epoch(self.n_iter_, loglik, time.perf_counter() - t0, new.weights)
         return self
 
     # -- parameters ----------------------------------------------------------------------------------------------

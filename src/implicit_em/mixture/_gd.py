@@ -16,11 +16,17 @@ whose optimum is W → 0 (metric collapse, the reason for the volume term).
 The fit works in standardised coordinates (x − shift) / scale with one scalar scale, so Adam's learning rate
 does not depend on the units of the data; parameters are mapped back exactly (scale is a scalar, so the
 triangular and diagonal structure of W is kept).
+
+A SIGINT stops the fit after the optimiser step in progress (:mod:`implicit_em.mixture._interrupt`; the step
+updates the parameters in place, so it is never cut halfway); the snapshot (model, optimiser, learning-rate
+halvings and :class:`~implicit_em.mixture._epochs.EpochPosition`) resumes it with the same numbers, bitwise on
+CPU, as a run that was never stopped.
 """
 
+import copy
 import math
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float
@@ -28,8 +34,11 @@ from torch import Tensor, nn
 
 from implicit_em.distances import GaussianComponents
 from implicit_em.gaussian import covariances_from_precisions_cholesky, full_precisions
+from implicit_em.mixture import _interrupt
 from implicit_em.mixture._data import DataSource
-from implicit_em.mixture._em import Callback, FitResult
+from implicit_em.mixture._em import Callback, FitResult, SafePoint
+from implicit_em.mixture._epochs import EpochPosition, epoch_batches
+from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._stats import (
     MixtureParams,
     log_normalize,
@@ -149,6 +158,8 @@ def fit_gd(
     volume: bool = True,
     state: GDState | None = None,
     callback: Callback | None = None,
+    resume: dict[str, Any] | None = None,
+    on_safe_point: SafePoint | None = None,
 ) -> tuple[FitResult, GDState]:
     """Epochs of mini-batch gradient descent with the learning rate halved on plateaus.
 
@@ -159,33 +170,78 @@ def fit_gd(
     0.017 nats/sample short of the EM optimum, the halvings end 0.001 short.
 
     ``lower_bound`` of the result is the last epoch's mean objective (a running average over the epoch, not
-    an exact pass; the estimator replaces it by an exact pass).
+    an exact pass; the estimator replaces it by an exact pass). ``on_safe_point(epochs, snapshot)`` follows
+    every epoch that did not converge; ``resume`` takes such a snapshot, or the one a
+    :class:`~implicit_em.mixture._interrupt.FitInterrupted` carries (after any step).
     """
     state = state if state is not None else make_state(params, covariance_type, shift, scale, learning_rate, optimizer)
-    prev, epoch, converged, halvings = -math.inf, 0, False, 0
-    try:
-        for epoch in range(1, max_iter + 1):
-            t0 = time.perf_counter()
-            total, count = 0.0, 0
-            for x in data.batches(batch_size, generator=generator):
-                total += gd_step(state, x, shift, scale, volume) * x.shape[0]
-                count += x.shape[0]
-            mean = total / max(count, 1)
-            if not math.isfinite(mean):
-                raise FloatingPointError("gradient descent diverged (non-finite objective); lower learning_rate")
-            if callback is not None:
-                usage = torch.softmax(state.logits.detach(), dim=0)
-                callback(epoch, mean, time.perf_counter() - t0, usage)
-            if mean - prev < tol:  # a plateau or a step back: halve the step; stop at a plateau once halved enough
-                if halvings >= LR_HALVINGS and abs(mean - prev) < tol:
-                    converged = True
+    pos, halvings, converged = EpochPosition(), 0, False
+    if resume is not None:
+        pos, halvings = _load_snapshot(state, resume, generator)
+    mean = pos.prev
+
+    def snapshot() -> dict[str, Any]:
+        return _snapshot(state, covariance_type, shift, scale, pos, halvings, generator)
+
+    with _interrupt.deferred():
+        try:
+            for epoch in range(pos.epoch + 1, max_iter + 1):
+                _interrupt.check()
+                t0 = time.perf_counter()
+                for x in epoch_batches(data, batch_size, generator, pos):
+                    pos.advance(gd_step(state, x, shift, scale, volume) * x.shape[0], x.shape[0])
+                    _interrupt.check()
+                mean, prev = pos.mean(), pos.prev
+                if not math.isfinite(mean):
+                    raise FloatingPointError("gradient descent diverged (non-finite objective); lower learning_rate")
+                if mean - prev < tol:  # a plateau or a step back: halve the step; stop at a plateau once halved enough
+                    if halvings >= LR_HALVINGS and abs(mean - prev) < tol:
+                        converged = True
+                    else:
+                        halvings += 1
+                        for group in state.optimizer.param_groups:
+                            group["lr"] *= 0.5
+                pos.end_epoch(prev if converged else mean)
+                if callback is not None:
+                    usage = torch.softmax(state.logits.detach(), dim=0)
+                    callback(epoch, mean, time.perf_counter() - t0, usage)
+                if converged:
                     break
-                halvings += 1
-                for group in state.optimizer.param_groups:
-                    group["lr"] *= 0.5
-            prev = mean
-    except KeyboardInterrupt:
-        return FitResult(
-            state_params(state, covariance_type, shift, scale), max(epoch - 1, 0), prev, False, True
-        ), state
-    return FitResult(state_params(state, covariance_type, shift, scale), epoch, mean, converged, False), state
+                if on_safe_point is not None:
+                    on_safe_point(pos.epoch, snapshot)
+        except KeyboardInterrupt:
+            kept = FitResult(state_params(state, covariance_type, shift, scale), pos.epoch, pos.prev, False, True)
+            raise FitInterrupted(kept, state, snapshot()) from None
+    return FitResult(state_params(state, covariance_type, shift, scale), pos.epoch, mean, converged, False), state
+
+
+def _snapshot(
+    state: GDState,
+    covariance_type: str,
+    shift: Float[Tensor, " d"],
+    scale: float,
+    pos: EpochPosition,
+    halvings: int,
+    generator: torch.Generator,
+) -> dict[str, Any]:
+    """What gradient descent resumes from: the model's and the optimiser's state dicts (copies), the
+    parameters they give, the position, the learning-rate halvings and the generator's state."""
+    return {
+        "params": list(state_params(state, covariance_type, shift, scale)),
+        "components": {k: v.detach().clone() for k, v in state.components.state_dict().items()},
+        "logits": state.logits.detach().clone(),
+        "optimizer": copy.deepcopy(state.optimizer.state_dict()),
+        "halvings": halvings,
+        "position": pos.to_dict(),
+        "generator": generator.get_state(),
+    }
+
+
+def _load_snapshot(state: GDState, snapshot: dict[str, Any], generator: torch.Generator) -> tuple[EpochPosition, int]:
+    """Overwrite the state (built from the snapshot's parameters) with the snapshot's exact tensors."""
+    state.components.load_state_dict(snapshot["components"])
+    with torch.no_grad():
+        state.logits.copy_(snapshot["logits"])
+    state.optimizer.load_state_dict(snapshot["optimizer"])
+    generator.set_state(snapshot["generator"].cpu())
+    return EpochPosition.from_dict(snapshot["position"]), int(snapshot["halvings"])

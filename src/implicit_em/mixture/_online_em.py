@@ -8,18 +8,24 @@ statistics s = (π_j, E[r_j x], E[r_j x xᵀ]) and takes the M-step after every 
 
 with s_0 the statistics the initial parameters imply. Defaults t_0 = 2, κ = 0.5. After the stochastic epochs
 one exact EM iteration over all the data lands on the batch optimum and gives an exact lower bound.
+
+A SIGINT stops the fit after the mini-batch step in progress (:mod:`implicit_em.mixture._interrupt`); its
+snapshot (the running statistics, the parameters and the :class:`~implicit_em.mixture._epochs.EpochPosition`)
+resumes it with the same numbers, bitwise on CPU, as a run that was never stopped.
 """
 
-import math
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from implicit_em.mixture import _interrupt
 from implicit_em.mixture._data import DataSource
-from implicit_em.mixture._em import Callback, FitResult, fit_em
+from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
+from implicit_em.mixture._epochs import EpochPosition, epoch_batches
+from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._stats import (
     MixtureParams,
     Summary,
@@ -78,48 +84,91 @@ def fit_online_em(
     state: OnlineState | None = None,
     final_em_steps: int = 1,
     callback: Callback | None = None,
+    resume: dict[str, Any] | None = None,
+    on_safe_point: SafePoint | None = None,
 ) -> tuple[FitResult, OnlineState]:
     """Epochs of online EM until the epoch's mean train log-likelihood changes by less than ``tol``, then
-    ``final_em_steps`` exact EM iterations. ``max_iter`` bounds the stochastic epochs."""
-    state = state if state is not None else init_state(params, covariance_type, shift)
-    prev, epoch = -math.inf, 0
-    try:
-        for epoch in range(1, max_iter + 1):
-            t0 = time.perf_counter()
-            total, count = 0.0, 0
-            usage = torch.zeros_like(params.weights)
-            for x in data.batches(batch_size, generator=generator):
-                state, params, log_norm = online_step(
-                    state,
-                    x,
-                    params,
-                    covariance_type=covariance_type,
-                    reg_covar=reg_covar,
-                    shift=shift,
-                    compute_dtype=data.dtype,
-                )
-                total += float(log_norm.double().sum())
-                count += x.shape[0]
-                usage = params.weights
-            mean = total / max(count, 1)
-            if callback is not None:
-                callback(epoch, mean, time.perf_counter() - t0, usage)
-            if abs(mean - prev) < tol:
-                break
-            prev = mean
-    except KeyboardInterrupt:
-        return FitResult(params, max(epoch - 1, 0), prev, False, True), state
-    result = fit_em(
-        data,
-        params,
-        covariance_type=covariance_type,
-        reg_covar=reg_covar,
-        tol=tol,
-        max_iter=final_em_steps,
-        shift=shift,
-        batch_size=max(batch_size, 16384),
-        lower_bound=prev,
-        callback=callback,
-    )
-    converged = result.converged or (epoch < max_iter)
-    return result._replace(n_iter=epoch + result.n_iter, converged=converged and not result.interrupted), state
+    ``final_em_steps`` exact EM iterations. ``max_iter`` bounds the stochastic epochs.
+
+    ``on_safe_point(epochs, snapshot)`` follows every epoch that did not converge; ``resume`` takes such a
+    snapshot, or the one a :class:`~implicit_em.mixture._interrupt.FitInterrupted` carries (after any step).
+    """
+    online = state if state is not None else init_state(params, covariance_type, shift)
+    pos, done = EpochPosition(), False
+    if resume is not None:
+        params, online, pos, done = _from_snapshot(resume, generator)
+
+    def snapshot() -> dict[str, Any]:
+        return _snapshot(params, online, pos, done, generator)
+
+    with _interrupt.deferred():
+        try:
+            for epoch in range(pos.epoch + 1, (pos.epoch if done else max_iter) + 1):
+                _interrupt.check()
+                t0 = time.perf_counter()
+                for x in epoch_batches(data, batch_size, generator, pos):
+                    online, params, log_norm = online_step(
+                        online,
+                        x,
+                        params,
+                        covariance_type=covariance_type,
+                        reg_covar=reg_covar,
+                        shift=shift,
+                        compute_dtype=data.dtype,
+                    )
+                    pos.advance(float(log_norm.double().sum()), x.shape[0])
+                    _interrupt.check()
+                usage = params.weights if pos.step > 0 else torch.zeros_like(params.weights)
+                mean, prev = pos.mean(), pos.prev
+                pos.end_epoch(prev if abs(mean - prev) < tol else mean)
+                if callback is not None:
+                    callback(epoch, mean, time.perf_counter() - t0, usage)
+                if abs(mean - prev) < tol:
+                    break
+                if on_safe_point is not None:
+                    on_safe_point(pos.epoch, snapshot)
+        except KeyboardInterrupt:
+            raise FitInterrupted(FitResult(params, pos.epoch, pos.prev, False, True), online, snapshot()) from None
+        done = True
+        try:
+            result = fit_em(
+                data,
+                params,
+                covariance_type=covariance_type,
+                reg_covar=reg_covar,
+                tol=tol,
+                max_iter=final_em_steps,
+                shift=shift,
+                batch_size=max(batch_size, 16384),
+                lower_bound=pos.prev,
+                callback=callback,
+            )
+        except FitInterrupted as stop:  # resumes by running the exact iteration again
+            kept = stop.result._replace(n_iter=pos.epoch + stop.result.n_iter)
+            raise FitInterrupted(kept, online, snapshot()) from None
+    converged = result.converged or (pos.epoch < max_iter)
+    return result._replace(n_iter=pos.epoch + result.n_iter, converged=converged), online
+
+
+def _snapshot(
+    params: MixtureParams, state: OnlineState, pos: EpochPosition, done: bool, generator: torch.Generator
+) -> dict[str, Any]:
+    """What online EM resumes from: parameters, running statistics, position, the generator's state, and
+    whether the stochastic epochs are over (``done``: only the exact EM iteration is left)."""
+    return {
+        "params": list(params),
+        "stats": list(state.stats),
+        "online_step": state.step,
+        "position": pos.to_dict(),
+        "generator": generator.get_state(),
+        "done": done,
+    }
+
+
+def _from_snapshot(
+    snapshot: dict[str, Any], generator: torch.Generator
+) -> tuple[MixtureParams, OnlineState, EpochPosition, bool]:
+    generator.set_state(snapshot["generator"].cpu())
+    state = OnlineState(Summary(*snapshot["stats"]), int(snapshot["online_step"]))
+    pos = EpochPosition.from_dict(snapshot["position"])
+    return MixtureParams(*snapshot["params"]), state, pos, bool(snapshot["done"])

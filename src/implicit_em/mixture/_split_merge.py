@@ -9,7 +9,8 @@ into one moment-matched Gaussian, and splits the component k whose own points ga
 two Gaussians instead of one (a two-component EM on those points, which also gives the two halves), putting
 the halves in slots k and j. EM then runs to convergence from the moved parameters, and the move is kept only if
 the mean log-likelihood rises by more than ``tol``. Candidates are scored on a sample of at most 50,000 rows;
-each trial is a full EM run, so the cost is (trials) × (one EM run).
+each trial is a full EM run, so the cost is (trials) × (one EM run). An interrupt during a trial raises
+:class:`~implicit_em.mixture._interrupt.FitInterrupted` with the best result so far (the trial is dropped).
 """
 
 import math
@@ -23,6 +24,7 @@ from implicit_em import gaussian
 from implicit_em.mixture import _distributed, _stats
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, fit_em
+from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._stats import MixtureParams
 
 
@@ -100,6 +102,7 @@ def two_gaussians(
         shift=mean,
         batch_size=n,
         sync=False,  # a local fit on one process's sample, never summed across processes
+        interruptible=False,  # part of choosing a move (on rank 0 alone): a SIGINT is acted on in the trials
     )
     p = fit.params
     two = _stats.summarize(x, _stats.score_matrix(p, "full", mean), mean)[0].loglik / n
@@ -169,7 +172,7 @@ def fit_split_merge(
         return result, 0
     accepted, trials, total_iter = 0, 0, result.n_iter
     best = result
-    while trials < n_trials and not best.interrupted:
+    while trials < n_trials:
         moved = False
         # rank 0 proposes from its sample and every process tries the same moves (EM itself is summed over all)
         moves = candidates(sample, best.params, covariance_type, shift) if _distributed.rank() == 0 else None
@@ -177,20 +180,22 @@ def fit_split_merge(
             if trials >= n_trials:
                 break
             trials += 1
-            trial = fit_em(
-                data,
-                apply_move(best.params, move, covariance_type),
-                covariance_type=covariance_type,
-                reg_covar=reg_covar,
-                tol=tol,
-                max_iter=max_iter,
-                shift=shift,
-                batch_size=batch_size,
-                callback=callback,
-            )
+            try:
+                trial = fit_em(
+                    data,
+                    apply_move(best.params, move, covariance_type),
+                    covariance_type=covariance_type,
+                    reg_covar=reg_covar,
+                    tol=tol,
+                    max_iter=max_iter,
+                    shift=shift,
+                    batch_size=batch_size,
+                    callback=callback,
+                )
+            except FitInterrupted as stop:
+                kept = best._replace(n_iter=total_iter + stop.result.n_iter, interrupted=True, converged=False)
+                raise FitInterrupted(kept, None, None) from None
             total_iter += trial.n_iter
-            if trial.interrupted:
-                return best._replace(n_iter=total_iter, interrupted=True, converged=False), accepted
             if trial.lower_bound > best.lower_bound + tol:
                 best, moved = trial, True
                 accepted += 1

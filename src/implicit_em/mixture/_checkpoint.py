@@ -1,0 +1,282 @@
+"""Checkpoints of a ``GaussianMixture`` fit: ``GaussianMixture(checkpoint=PATH, checkpoint_every=N)``.
+
+A long fit writes its state to ``PATH`` every ``N`` units of ``max_iter`` (EM iterations for "em", epochs for
+"online_em" and "gd"), at a safe point, and also whenever it is interrupted (Ctrl-C) at the point it stopped.
+If the process dies (SIGKILL, a crash, a lost machine), calling the same ``fit`` again (same estimator
+parameters, same data) finds the file and continues from it; the result equals that of a fit that was never
+stopped, bitwise on CPU in float64 and float32 for every fitter (each unit is recomputed from exactly the state
+it started from, with the same random numbers).
+
+What a checkpoint holds (a dict of tensors, numbers, strings, lists and dicts, nothing else): the start
+(``n_init`` index) in progress and its stage, the fitter's snapshot (parameters, iteration or epoch and step,
+online-EM statistics or the gradient model and its optimiser, the torch generator state), the ``history_`` so
+far, the best complete start, the numpy ``RandomState`` state, the data's shift and scale, and the *identity*
+of the call: every estimator parameter that changes the result, the fitter, and a fingerprint of the data
+(its kind, shape, dtype and a hash of up to 1,024 evenly spaced rows; for an iterable of batches, its first
+batch). It is written atomically (a temporary file, then :func:`os.replace`), so a kill during a write leaves
+the previous checkpoint, and read with ``torch.load(weights_only=True)``, which cannot run code.
+
+A checkpoint whose identity differs from the call's, or a file that cannot be read (empty, truncated, not a
+checkpoint), raises ``ValueError`` naming the file and saying to delete it to start over. When ``fit``
+completes, the checkpoint is removed: it marks a fit in progress, and the finished fit is in the estimator.
+After a failure (an exception, an interrupt) it is kept. Split-and-merge trials are not checkpointed one by
+one: a fit resumed during them runs them again from the start, from the same state, with the same result.
+``partial_fit`` takes one step per call and does not use the checkpoint.
+"""
+
+import hashlib
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from implicit_em._runio import save_torch_atomic
+from implicit_em.mixture._em import FitResult
+from implicit_em.mixture._stats import MixtureParams
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "Checkpoint",
+    "Progress",
+    "check_options",
+    "fit_identity",
+    "result_from_dict",
+    "result_to_dict",
+    "rng_from_dict",
+    "rng_to_dict",
+    "start_identity",
+]
+
+FORMAT = "implicit_em.mixture.GaussianMixture checkpoint"
+VERSION = 1
+# never change a result (warm_start does only through the start, which the identity's "start" describes)
+_NOT_IDENTITY = ("verbose", "verbose_interval", "checkpoint", "checkpoint_every", "warm_start")
+_ROWS = 1024  # rows of the data the fingerprint hashes
+_START_OVER = "Delete the file to start this fit over"
+
+
+def check_options(checkpoint: Any, checkpoint_every: Any) -> Path | None:
+    """Check ``checkpoint`` (None or a file path in an existing, writable folder) and ``checkpoint_every`` (an
+    int >= 1); return the path."""
+    every_ok = isinstance(checkpoint_every, int | np.integer) and not isinstance(checkpoint_every, bool)
+    if not every_ok or checkpoint_every < 1:
+        raise ValueError(
+            f"The 'checkpoint_every' parameter of GaussianMixture must be an int >= 1. Got {checkpoint_every!r}"
+        )
+    if checkpoint is None:
+        return None
+    if not isinstance(checkpoint, str | os.PathLike):
+        raise TypeError(
+            "The 'checkpoint' parameter of GaussianMixture must be None or a file path (str or os.PathLike). "
+            f"Got {checkpoint!r}"
+        )
+    path = Path(checkpoint)
+    if path.is_dir():
+        raise ValueError(f"The 'checkpoint' parameter of GaussianMixture must be a file path; {path} is a directory")
+    if not path.parent.is_dir():
+        raise ValueError(
+            f"The 'checkpoint' parameter of GaussianMixture names a file in {path.parent}, which does not exist; "
+            "create the directory first"
+        )
+    if not os.access(path.parent, os.W_OK):
+        raise ValueError(f"The 'checkpoint' file {path} cannot be written: its directory is not writable")
+    return path
+
+
+def fit_identity(params: dict[str, Any], x: Any, batches: bool, start: str) -> dict[str, str]:
+    """What makes a checkpoint belong to a call: the estimator parameters that change the result (described as
+    strings), the data's fingerprint, and the start (``"init"``, or a hash of the warm-start parameters)."""
+    out = {name: _describe(value) for name, value in sorted(params.items()) if name not in _NOT_IDENTITY}
+    out.update({f"data {key}": value for key, value in _fingerprint(x, batches).items()})
+    out["start"] = start
+    return out
+
+
+def start_identity(*arrays: Any) -> str:
+    """The warm start's identity: a hash of the fitted parameters a warm start continues from."""
+    return "warm " + _digest([_rows(a, None) for a in arrays])
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.integer | np.floating | np.bool_):
+        value = value.item()
+    if value is None or isinstance(value, bool | int | float | str | torch.dtype | torch.device):
+        return repr(value)
+    if isinstance(value, np.random.RandomState | np.random.Generator):
+        return f"{type(value).__name__} instance (its state is in the checkpoint)"
+    if isinstance(value, np.ndarray | Tensor | list | tuple):
+        a = np.asarray(value.detach().cpu() if isinstance(value, Tensor) else value, dtype=np.float64)
+        return f"array {a.shape} sha256 {_digest([a])}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _digest(arrays: list[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(repr(a.shape).encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _fingerprint(x: Any, batches: bool) -> dict[str, str]:
+    """Kind, shape, dtype and a hash of up to ``_ROWS`` evenly spaced rows (an iterable: its first batch)."""
+    if batches:
+        first = next(iter(x), None)
+        if isinstance(first, list | tuple):  # DataLoader over a TensorDataset: [x] or (x, y)
+            first = first[0] if first else None
+        rows = _rows(first, None) if first is not None else np.zeros((0, 0))
+        return {"kind": "iterable of batches", "first batch": f"{rows.shape} sha256 {_digest([rows])}"}
+    kind = type(x).__name__
+    if not isinstance(x, np.ndarray | Tensor):
+        x = np.asarray(x, dtype=np.float64)
+    n = int(x.shape[0])
+    index = np.unique(np.linspace(0, n - 1, min(n, _ROWS)).astype(np.int64)) if n else np.zeros(0, np.int64)
+    rows = _rows(x, index)
+    return {"kind": kind, "shape": repr(tuple(int(s) for s in x.shape)), "dtype": str(x.dtype), "rows": _digest([rows])}
+
+
+def _rows(x: Any, index: np.ndarray | None) -> np.ndarray:
+    if isinstance(x, Tensor):
+        t = x.detach() if index is None else x.detach()[torch.from_numpy(index).to(x.device)]
+        return t.cpu().double().numpy()
+    a = np.asarray(x)
+    return np.asarray(a if index is None else a[index], dtype=np.float64)
+
+
+def rng_to_dict(rng: np.random.RandomState) -> dict[str, Any]:
+    """A ``RandomState``'s state as a tensor and numbers."""
+    name, keys, pos, has_gauss, cached = rng.get_state(legacy=True)
+    return {"name": name, "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
+            "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}  # fmt: skip
+
+
+def rng_from_dict(rng: np.random.RandomState, d: dict[str, Any]) -> None:
+    """Set ``rng`` to the state :func:`rng_to_dict` recorded."""
+    keys = d["keys"].cpu().numpy().astype(np.uint32)
+    rng.set_state((d["name"], keys, d["pos"], d["has_gauss"], d["cached_gaussian"]))
+
+
+class Checkpoint:
+    """The checkpoint file of one call: :meth:`load` (validated against the call's identity), :meth:`due`,
+    :meth:`save` and :meth:`remove`."""
+
+    def __init__(self, path: Path, every: int, identity: dict[str, str], device: torch.device) -> None:
+        self.path, self.every, self.identity, self.device = path, int(every), identity, device
+
+    def due(self, units: int) -> bool:
+        """A periodic checkpoint is due after ``units`` iterations (epochs)."""
+        return units % self.every == 0
+
+    def save(self, payload: dict[str, Any]) -> None:
+        """Write the payload with the format, version and identity, atomically."""
+        save_torch_atomic({"format": FORMAT, "version": VERSION, "identity": self.identity, **payload}, self.path)
+
+    def remove(self) -> None:
+        """Delete the checkpoint (and a temporary file a killed write left)."""
+        self.path.unlink(missing_ok=True)
+        self.path.with_suffix(self.path.suffix + ".tmp").unlink(missing_ok=True)
+
+    def load(self) -> dict[str, Any] | None:
+        """The checkpoint's payload, None when there is no file; ValueError when it cannot be read or belongs to
+        another call."""
+        if not self.path.exists():
+            return None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch's notes on pickle protocols: the error below says enough
+                payload = torch.load(self.path, map_location=self.device, weights_only=True)
+        except Exception as err:
+            raise ValueError(
+                f"checkpoint {self.path} cannot be read ({type(err).__name__}: {str(err)[:200]}); it is empty, "
+                f"truncated or not a GaussianMixture checkpoint. {_START_OVER}."
+            ) from err
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+            raise ValueError(f"{self.path} is not a GaussianMixture checkpoint. {_START_OVER} (or pass another path).")
+        if payload.get("version") != VERSION:
+            raise ValueError(
+                f"checkpoint {self.path} has format version {payload.get('version')!r}, this library writes "
+                f"{VERSION}. {_START_OVER}."
+            )
+        self._check_identity(payload.get("identity"))
+        return payload
+
+    def _check_identity(self, theirs: Any) -> None:
+        theirs = theirs if isinstance(theirs, dict) else {}
+        differ = [k for k in sorted(set(theirs) | set(self.identity)) if theirs.get(k) != self.identity.get(k)]
+        if differ:
+            k = differ[0]
+            raise ValueError(
+                f"checkpoint {self.path} belongs to another fit: {k} is {theirs.get(k)} in the file but "
+                f"{self.identity.get(k)} in this call ({len(differ)} difference(s): {', '.join(differ)}). "
+                f"{_START_OVER}, or call fit with the estimator parameters and data it was written for to resume it."
+            )
+
+
+def result_to_dict(result: FitResult) -> dict[str, Any]:
+    """A fitter's result as tensors and numbers."""
+    return {
+        "params": list(result.params),
+        "n_iter": int(result.n_iter),
+        "lower_bound": float(result.lower_bound),
+        "converged": bool(result.converged),
+    }
+
+
+def result_from_dict(d: dict[str, Any]) -> FitResult:
+    """The inverse of :func:`result_to_dict`."""
+    return FitResult(
+        MixtureParams(*d["params"]), int(d["n_iter"]), float(d["lower_bound"]), bool(d["converged"]), False
+    )
+
+
+@dataclass
+class Progress:
+    """The state of ``fit``'s loop over its ``n_init`` starts that a checkpoint holds besides the fitter's own
+    snapshot: the random state, the data's shift and scale, the torch generator, the start in progress, and the
+    best complete start with its history.
+
+    A payload's ``stage`` says where the start ``start`` is: "init" (its initial parameters are still to be
+    drawn), "fit" (the fitter is running: ``run`` is its snapshot, ``history`` its records), "split_merge" (the
+    fitter is done: ``result``; the split-and-merge trials run from there).
+    """
+
+    rng: np.random.RandomState
+    shift: Tensor
+    scale: float
+    generator: torch.Generator | None = None
+    start: int = 0
+    best: FitResult | None = None
+    best_history: list[dict[str, Any]] = field(default_factory=list)
+
+    def payload(self, stage: str, history: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+        """The checkpoint payload at this point (``extra``: ``run``, ``result``, ``online_state``, ...)."""
+        return {
+            "start": self.start,
+            "stage": stage,
+            "rng": rng_to_dict(self.rng),
+            "shift": self.shift,
+            "scale": self.scale,
+            "generator": None if self.generator is None else self.generator.get_state(),
+            "best": None if self.best is None else result_to_dict(self.best),
+            "best_history": self.best_history,
+            "history": list(history or []),
+            **extra,
+        }
+
+    @classmethod
+    def restore(cls, payload: dict[str, Any], rng: np.random.RandomState) -> "Progress":
+        """The loop's state from a payload; sets ``rng`` to the state it had."""
+        rng_from_dict(rng, payload["rng"])
+        generator = None
+        if payload["generator"] is not None:
+            generator = torch.Generator()
+            generator.set_state(payload["generator"].cpu())
+        best = None if payload["best"] is None else result_from_dict(payload["best"])
+        shift = payload["shift"]
+        return cls(rng, shift, float(payload["scale"]), generator, int(payload["start"]), best, payload["best_history"])

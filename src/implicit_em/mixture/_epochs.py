@@ -1,0 +1,84 @@
+"""Where a stochastic fit is inside its epochs, so that it can stop after any mini-batch step and resume exactly.
+
+Online EM and gradient descent draw every epoch's batch order from one torch generator
+(:meth:`DataSource.batches`). An :class:`EpochPosition` holds the complete epochs, the steps taken in the epoch
+in progress, the generator state that epoch started from and its running sums. Resuming sets the generator back
+to that state, draws the same order and skips the batches already used (:func:`epoch_batches`), so the
+remaining steps see exactly the batches an uninterrupted run sees.
+"""
+
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from implicit_em.mixture._data import DataSource
+
+__all__ = ["EpochPosition", "epoch_batches"]
+
+
+@dataclass
+class EpochPosition:
+    """Epochs complete, steps into the next one, the generator state it started from, its running sums
+    (objective times rows, rows) and the previous epoch's mean objective."""
+
+    epoch: int = 0
+    step: int = 0
+    generator: Tensor | None = None
+    total: float = 0.0
+    count: int = 0
+    prev: float = -math.inf
+
+    def advance(self, objective_sum: float, rows: int) -> None:
+        """One mini-batch step done."""
+        self.step, self.total, self.count = self.step + 1, self.total + objective_sum, self.count + rows
+
+    def mean(self) -> float:
+        """The mean objective per row of the epoch so far."""
+        return self.total / max(self.count, 1)
+
+    def end_epoch(self, prev: float) -> None:
+        """The epoch is complete; ``prev`` is the mean the next epoch compares with."""
+        self.epoch, self.step, self.generator, self.total, self.count, self.prev = (
+            self.epoch + 1,
+            0,
+            None,
+            0.0,
+            0,
+            prev,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Numbers and a tensor only (what ``torch.load(weights_only=True)`` reads back)."""
+        return {
+            "epoch": self.epoch,
+            "step": self.step,
+            "generator": None if self.generator is None else self.generator.clone(),
+            "total": self.total,
+            "count": self.count,
+            "prev": self.prev,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EpochPosition":
+        """The inverse of :meth:`to_dict`."""
+        return cls(
+            int(d["epoch"]), int(d["step"]), d["generator"], float(d["total"]), int(d["count"]), float(d["prev"])
+        )
+
+
+def epoch_batches(
+    data: DataSource, batch_size: int, generator: torch.Generator, position: EpochPosition
+) -> Iterator[Tensor]:
+    """The batches of the epoch in progress: a new epoch records the generator state it starts from; a
+    resumed one restarts from that state and skips the ``position.step`` batches already used."""
+    if position.step == 0:
+        position.generator = generator.get_state()
+        return data.batches(batch_size, generator=generator)
+    assert position.generator is not None
+    generator.set_state(position.generator.cpu())
+    return itertools.islice(data.batches(batch_size, generator=generator), position.step, None)
