@@ -2,8 +2,13 @@
 
 Every fitter reads data through :class:`DataSource.batches`, which yields float tensors of shape (B, D) on the
 compute device. In-memory arrays and tensors are sliced (optionally in a shuffled order); a ``np.memmap`` is read
-one contiguous block at a time so memory does not grow with N; an iterable (a list of arrays, a generator
-factory, a ``torch.utils.data.DataLoader``) is iterated once per pass and must be re-iterable.
+one contiguous block at a time so memory does not grow with N; an iterable (a list or tuple of 2-D arrays or
+tensors, a ``torch.utils.data.DataLoader``, any re-iterable object) is iterated once per pass and must be
+re-iterable. A tensor that requires grad is read detached: nothing computed from it carries a graph.
+
+Values are checked (``_validation.check_values``: no NaN or inf, N·max|X|² within the compute dtype) once for
+an in-memory array and per batch for memmaps and streams, before the cast to the compute dtype, by one reduction
+without a temporary copy of the data.
 """
 
 from collections.abc import Iterable, Iterator
@@ -11,7 +16,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.sparse import issparse
 from torch import Tensor
+
+from implicit_em.mixture._validation import check_magnitude, check_real_dtype, check_values
+
+_MODEL_WIDTH = "the model expects"
 
 
 def _as_tensor(batch: Any) -> Tensor:
@@ -20,35 +30,71 @@ def _as_tensor(batch: Any) -> Tensor:
             raise ValueError("got an empty batch tuple from the data iterable")
         batch = batch[0]
     if isinstance(batch, Tensor):
-        return batch
-    return torch.from_numpy(np.asarray(batch))
+        return batch.detach()
+    array = np.asarray(batch)
+    check_real_dtype("X", array.dtype)  # complex or object: a clear error, not torch's
+    return torch.from_numpy(array)
 
 
-def check_batch(x: Tensor, n_features: int | None) -> None:
-    """Raise ValueError for a batch that is not 2-D, not real, has the wrong width, or holds NaN/inf."""
+def is_batch_list(x: Any) -> bool:
+    """Whether X is a list or tuple of 2-D arrays or tensors: a stream of batches, each (B, D).
+
+    Unambiguous: a list of rows (sklearn's array-like) has 1-D rows, and a list of 2-D arrays cannot be a
+    2-D array. A list that mixes 2-D batches with anything else raises ValueError.
+    """
+    if not isinstance(x, list | tuple) or len(x) == 0:
+        return False
+    two_d = [getattr(b, "ndim", None) == 2 and not issparse(b) for b in x]
+    if all(two_d):
+        return True
+    if any(two_d):
+        raise ValueError(
+            "X is a list mixing 2-D batches with other elements; pass a list of 2-D arrays or tensors (batches of "
+            "rows, each of shape (B, D)), or one 2-D array"
+        )
+    return False
+
+
+def tensor_output(x: Any) -> bool:
+    """Whether results for X are tensors: for a tensor and for a stream, except a list of numpy batches."""
+    if isinstance(x, Tensor):
+        return True
+    if isinstance(x, list | tuple):
+        return is_batch_list(x) and any(isinstance(b, Tensor) for b in x)
+    return not isinstance(x, np.ndarray) and hasattr(x, "__iter__") and not hasattr(x, "__array__")
+
+
+def check_batch(x: Tensor, n_features: int | None, expected: str = _MODEL_WIDTH) -> None:
+    """Raise ValueError for a batch that is not 2-D, not real, or has the wrong width (``expected`` says whose
+    width: "the model expects"); its values are :func:`~implicit_em.mixture._validation.check_values`'s."""
     if x.dim() != 2:
         raise ValueError(
             f"Expected 2D array, got {x.dim()}D array of shape {tuple(x.shape)} instead; reshape your data "
             "with X.reshape(-1, 1) for a single feature or X.reshape(1, -1) for a single sample"
         )
-    if x.is_complex() or not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64, torch.int16)):
-        raise ValueError(f"X must hold real numbers, got dtype {x.dtype}")
+    check_real_dtype("X", x.dtype)
     if n_features is not None and x.shape[1] != n_features:
-        raise ValueError(f"X has {x.shape[1]} features, but the model expects {n_features} features")
-    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-        raise ValueError("Input X contains NaN or infinity (inf); remove or impute those rows")
+        raise ValueError(f"X has {x.shape[1]} features, but {expected} {n_features} features")
 
 
 class DataSource:
     """A uniform view of X for the fitters (see module docstring)."""
 
-    def __init__(self, x: Any, device: torch.device, dtype: torch.dtype, n_features: int | None = None) -> None:
+    def __init__(
+        self,
+        x: Any,
+        device: torch.device,
+        dtype: torch.dtype,
+        n_features: int | None = None,
+        expected: str = _MODEL_WIDTH,
+    ) -> None:
         self.device = device
         self.dtype = dtype
         self.kind: str
         self._data: Any
+        self._expected = expected  # whose width n_features is, for the error message
         if isinstance(x, Tensor):
-            self.kind, self._data = "tensor", x
+            self.kind, self._data = "tensor", x.detach()
         elif isinstance(x, np.memmap):
             self.kind, self._data = "memmap", x
         elif isinstance(x, np.ndarray):
@@ -71,19 +117,25 @@ class DataSource:
                     "reshape your data with X.reshape(-1, 1) for a single feature or X.reshape(1, -1) for a "
                     "single sample"
                 )
+            check_real_dtype("X", self._data.dtype)  # before any cast: complex would lose its imaginary part
+            if n_features is not None and self._data.shape[1] != n_features:
+                raise ValueError(f"X has {self._data.shape[1]} features, but {expected} {n_features} features")
             self.n_samples = int(self._data.shape[0])
-            check_batch(self._chunk(0, 0), n_features)  # shape and dtype, no values read
             self.n_features = int(self._data.shape[1])
         self._checked = False
-        if self.kind == "tensor":  # convert and check once, not in every pass
+        if self.kind == "tensor":  # check and convert once, not in every pass; checked before the cast
+            check_values("X", self._data, self.n_samples or 0, dtype)
             self._data = self._data.to(device=device, dtype=dtype)
-            check_batch(self._data, n_features)
             self._checked = True
 
-    def _chunk(self, start: int, stop: int) -> Tensor:
+    def _chunk(self, start: int, stop: int, check: bool = False) -> Tensor:
         part = self._data[start:stop]
-        t = torch.from_numpy(np.array(part)) if self.kind == "memmap" else part  # a copy: memmaps may be read-only
-        return t.to(device=self.device, dtype=self.dtype, non_blocking=True)
+        if self.kind == "memmap":
+            part = np.array(part)  # a copy: memmaps may be read-only
+            if check:
+                check_values("X", part, self.n_samples or 0, self.dtype)
+            part = torch.from_numpy(part)
+        return part.to(device=self.device, dtype=self.dtype, non_blocking=True)
 
     def batches(
         self, batch_size: int, generator: torch.Generator | None = None, check: bool = True
@@ -94,14 +146,17 @@ class DataSource:
         used in their own order. ``check`` validates every batch (finite, right width).
         """
         if self.kind == "iterable":
-            seen = 0
+            seen, peak = 0, 0.0
             for raw in self._data:
                 x = _as_tensor(raw)
                 if check:
-                    check_batch(x, self.n_features)
+                    check_batch(x, self.n_features, self._expected)
                 if self.n_features is None:
-                    self.n_features = int(x.shape[1])
+                    self.n_features, self._expected = int(x.shape[1]), "the first batch has"
                 seen += int(x.shape[0])
+                if check:  # the largest value so far against the rows so far: N·max|X|² as a whole array
+                    peak = max(peak, check_values("X", x, seen, self.dtype))
+                    check_magnitude("X", peak, seen, self.dtype)
                 yield x.to(device=self.device, dtype=self.dtype)
             self.n_samples = seen
             return
@@ -111,26 +166,25 @@ class DataSource:
         if generator is not None and self.kind == "tensor":
             perm = torch.randperm(n, generator=generator).to(self._data.device)
             for s in starts.tolist():
-                x = self._data[perm[s : s + batch_size]].to(device=self.device, dtype=self.dtype)
-                if check:
-                    check_batch(x, self.n_features)
-                yield x
+                yield self._data[perm[s : s + batch_size]].to(device=self.device, dtype=self.dtype)
             return
         if generator is not None:
             starts = starts[torch.randperm(len(starts), generator=generator)]
         for s in starts.tolist():
-            x = self._chunk(s, s + batch_size)
-            if check:
-                check_batch(x, self.n_features)
-            yield x
+            yield self._chunk(s, s + batch_size, check=check)
 
     def sample(self, max_rows: int, rng: np.random.RandomState) -> Tensor:
         """All rows if N ≤ max_rows, else a uniform random subset of max_rows rows (one pass for iterables)."""
         if self.kind != "iterable" and int(self.n_samples or 0) <= max_rows:
-            return self._chunk(0, int(self.n_samples or 0))
+            return self._chunk(0, int(self.n_samples or 0), check=True)
         if self.kind != "iterable":
             idx = np.sort(rng.choice(int(self.n_samples or 0), size=max_rows, replace=False))
-            rows = self._data[torch.from_numpy(idx)] if self.kind == "tensor" else torch.from_numpy(self._data[idx])
+            if self.kind == "tensor":
+                rows = self._data[torch.from_numpy(idx)]
+            else:  # a memmap's sample is checked as its batches are (k-means reads it first)
+                part = self._data[idx]
+                check_values("X", part, int(self.n_samples or 0), self.dtype)
+                rows = torch.from_numpy(part)
             return rows.to(device=self.device, dtype=self.dtype)
         # keys from a generator seeded by rng's state without drawing from rng: a stream that fits in max_rows
         # then leaves rng exactly where an in-memory array leaves it, so the k-means start is the same

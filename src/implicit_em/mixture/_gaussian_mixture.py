@@ -24,8 +24,8 @@ from torch import Tensor
 
 from implicit_em import gaussian
 from implicit_em.gaussian import COVARIANCE_TYPES
-from implicit_em.mixture import _checkpoint, _distributed, _interrupt, _starts, _stats
-from implicit_em.mixture._data import DataSource
+from implicit_em.mixture import _checkpoint, _distributed, _interrupt, _starts, _stats, _validation
+from implicit_em.mixture._data import DataSource, is_batch_list, tensor_output
 from implicit_em.mixture._em import FitResult
 from implicit_em.mixture._fitting import CHUNK as _CHUNK
 from implicit_em.mixture._fitting import FITTERS, REGISTRY, FitSettings, History
@@ -82,8 +82,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     step first. In a process group every process stops in the same iteration and raises (``_interrupt.py``).
 
     ``max_iter`` counts EM iterations, or epochs for "online_em" and "gd". X may be a numpy array, a torch
-    tensor, a ``np.memmap`` (read in blocks) or a re-iterable of batches (a ``DataLoader``); for an iterable
-    the k-means initialisation takes one extra pass (a uniform sample of at most 200,000 rows).
+    tensor (one that requires grad is read detached: results carry no graph), a ``np.memmap`` (read in blocks),
+    or a re-iterable of batches: a list or tuple of 2-D arrays or tensors, a ``DataLoader``; for an iterable the
+    k-means initialisation takes one extra pass (a uniform sample of at most 200,000 rows). Bad input raises
+    ValueError naming the argument (``_validation.py``): NaN or inf, complex values, values so large that
+    N·max|X|² overflows the compute dtype, a user start that is not finite or (precisions) not positive
+    definite. When ``reg_covar`` exceeds a tenth of a feature's (nonzero) variance, fitting warns with
+    :class:`~implicit_em.mixture.RegCovarWarning`: the floor, not the data, then sets that feature's spread.
     Learned attributes (sklearn's shapes, numpy float64): weights_, means_, covariances_, precisions_,
     precisions_cholesky_, converged_, n_iter_, lower_bound_, n_features_in_, and history_: a list of dicts
     (per EM iteration or epoch) with the mean train log-likelihood, seconds and component usage.
@@ -178,24 +183,33 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 )
         if not self.volume and self.fitter != "gd":
             raise ValueError("volume=False is a gradient-descent objective; use fitter='gd'")
+        _validation.check_finite_parameter("reg_covar", self.reg_covar)
+        _validation.check_finite_parameter("learning_rate", self.learning_rate)
+        if self.device is not None:
+            _validation.check_device(self.device)
 
     def _source(self, x: Any, reset: bool) -> DataSource:
-        """Validate X (sklearn's rules for plain arrays) and wrap it."""
+        """Validate X (sklearn's rules for plain arrays) and wrap it. A warm-start refit keeps the fitted width."""
+        warm = reset and self.warm_start and hasattr(self, "converged_")
+        width = _input_width(x)
+        if warm and width is not None:
+            _validation.check_warm_start_width(width, int(self.n_features_in_))
         if (isinstance(x, np.ndarray) and not isinstance(x, np.memmap)) or (
             not isinstance(x, Tensor | np.ndarray) and not _is_batches(x)
         ):
             x = validate_data(
-                self, x, reset=reset, dtype=[np.float64, np.float32], ensure_min_samples=2 if reset else 1
+                self, x, reset=reset and not warm, dtype=[np.float64, np.float32], ensure_min_samples=2 if reset else 1
             )
         elif not reset:
             check_is_fitted(self)
         device = (
-            torch.device(self.device)
+            _validation.check_device(self.device)
             if self.device is not None
             else (x.device if isinstance(x, Tensor) else torch.device("cpu"))
         )
-        n_features = None if reset else int(self.n_features_in_)
-        source = DataSource(x, device, _dtype(self.dtype, x), n_features)
+        n_features = None if reset and not warm else int(self.n_features_in_)
+        expected = "warm_start=True continues the previous fit, which has" if warm else "the model expects"
+        source = DataSource(x, device, _dtype(self.dtype, x), n_features, expected)
         if reset and source.n_features is not None:
             self.n_features_in_ = source.n_features
         return source
@@ -299,7 +313,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def _shift_scale(self, data: DataSource, rng: np.random.RandomState) -> tuple[Tensor, float]:
         sample = data.sample(_INIT_SAMPLE, rng).double()  # draws from rng only when N > _INIT_SAMPLE
         shift = sample.mean(0)
-        scale = float(sample.var(0, unbiased=False).mean().sqrt()) if sample.shape[0] > 1 else 1.0
+        var = sample.var(0, unbiased=False)
+        scale = float(var.mean().sqrt()) if sample.shape[0] > 1 else 1.0
+        if sample.shape[0] > 1:
+            _validation.warn_if_reg_covar_dominates(float(self.reg_covar), var)
         return shift, scale if math.isfinite(scale) and scale > 0 else 1.0
 
     def _initial_params(self, data: DataSource, rng: np.random.RandomState, shift: Tensor) -> MixtureParams:
@@ -328,28 +345,22 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def _apply_user_init(
         self, params: MixtureParams | None, k: int, d: int, dtype: torch.dtype, device: torch.device
     ) -> MixtureParams:
-        def as_t(v: Any) -> Tensor:
-            return torch.as_tensor(np.asarray(v, dtype=np.float64)).to(device=device, dtype=dtype)
+        def as_t(v: np.ndarray) -> Tensor:
+            return torch.from_numpy(np.ascontiguousarray(v)).to(device=device, dtype=dtype)
 
         if self.weights_init is not None:
-            w = as_t(self.weights_init)
-            if w.shape != (k,) or bool((w < 0).any()) or bool((w > 1).any()) or abs(float(w.sum()) - 1) > 1e-6:
-                raise ValueError(f"weights_init must have shape ({k},), lie in [0, 1] and sum to 1, got {w}")
+            w = as_t(_validation.check_weights_init(self.weights_init, k))
         else:
             assert params is not None
             w = params.weights
         if self.means_init is not None:
-            mu = as_t(self.means_init)
-            if mu.shape != (k, d):
-                raise ValueError(f"means_init must have shape ({k}, {d}), got {tuple(mu.shape)}")
+            mu = as_t(_validation.check_means_init(self.means_init, k, d))
         else:
             assert params is not None
             mu = params.means
         if self.precisions_init is not None:
-            prec = as_t(self.precisions_init)
             shape = gaussian.parameter_shape(self.covariance_type, k, d)
-            if prec.shape != shape:
-                raise ValueError(f"precisions_init must have shape {shape}, got {tuple(prec.shape)}")
+            prec = as_t(_validation.check_precisions_init(self.precisions_init, self.covariance_type, shape))
             prec_chol = gaussian.precisions_cholesky_from_precisions(prec.double(), self.covariance_type).to(dtype)
             cov = gaussian.covariances_from_precisions_cholesky(prec_chol, self.covariance_type)
         else:
@@ -444,7 +455,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         a = _stats.score_matrix(params, self.covariance_type, shift.to(data.device))
         parts = [_stats.weighted_log_prob(x, a, shift.to(data.device)) for x in data.batches(_CHUNK)]
         out = torch.cat(parts) if parts else torch.zeros(0, self.n_components, dtype=data.dtype)
-        return out, isinstance(X, Tensor) or _is_batches(X)
+        return out, tensor_output(X)
 
     def score_samples(self, X: Any) -> Any:
         """log p(x) of every sample, (N,)."""
@@ -453,8 +464,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def score(self, X: Any, y: Any = None) -> float:
         """Mean log-likelihood per sample."""
+        return self._mean_log_likelihood(X)[0]
+
+    def _mean_log_likelihood(self, X: Any) -> tuple[float, int]:
+        """(mean log p(x), N) in one pass: X may be a stream, whose N is known only after it."""
         logp, _ = self._weighted_log_prob(X)
-        return float(_stats.log_normalize(logp.T)[1].double().mean())
+        if logp.shape[0] == 0:
+            raise ValueError("X holds no samples; the log-likelihood of no data is undefined")
+        return float(_stats.log_normalize(logp.T)[1].double().mean()), int(logp.shape[0])
 
     def predict(self, X: Any) -> Any:
         """The most probable component of every sample, (N,)."""
@@ -472,13 +489,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return int(cov[self.covariance_type] + d * k + k - 1)
 
     def bic(self, X: Any) -> float:
-        """Bayesian information criterion: -2 log L + p log N (lower is better)."""
-        n = _n_rows(X)
-        return -2 * self.score(X) * n + self._n_parameters() * math.log(n)
+        """Bayesian information criterion: -2 log L + p log N (lower is better); X may be a stream."""
+        mean, n = self._mean_log_likelihood(X)
+        return -2 * mean * n + self._n_parameters() * math.log(n)
 
     def aic(self, X: Any) -> float:
-        """Akaike information criterion: -2 log L + 2 p (lower is better)."""
-        return -2 * self.score(X) * _n_rows(X) + 2 * self._n_parameters()
+        """Akaike information criterion: -2 log L + 2 p (lower is better); X may be a stream."""
+        mean, n = self._mean_log_likelihood(X)
+        return -2 * mean * n + 2 * self._n_parameters()
 
     def sample(self, n_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """Draw n_samples points and their component labels (sklearn's order: grouped by component)."""
@@ -524,21 +542,27 @@ def _sklearn_tied_init(x: Tensor, means: Tensor, nk: Tensor, reg_covar: float) -
 
 
 def _is_batches(x: Any) -> bool:
-    """An iterable of batches (DataLoader, custom re-iterable); arrays, lists and sparse matrices are not."""
+    """An iterable of batches (DataLoader, custom re-iterable, a list or tuple of 2-D arrays or tensors); arrays,
+    lists of rows and sparse matrices are not."""
     if issparse(x):
         return False
+    if isinstance(x, list | tuple):
+        return is_batch_list(x)
     return (
-        not isinstance(x, Tensor | np.ndarray | str | bytes)
-        and hasattr(x, "__iter__")
-        and not hasattr(x, "__array__")
-        and not isinstance(x, list | tuple)
+        not isinstance(x, Tensor | np.ndarray | str | bytes) and hasattr(x, "__iter__") and not hasattr(x, "__array__")
     )
 
 
-def _n_rows(x: Any) -> int:
-    if hasattr(x, "shape"):
-        return int(x.shape[0])
-    return int(sum(int(_b.shape[0]) for _b in x))
+def _input_width(x: Any) -> int | None:
+    """X's number of features when it can be read without converting X (None for a stream or a ragged list)."""
+    if isinstance(x, list | tuple) and is_batch_list(x):
+        x = x[0]
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        return int(shape[1]) if len(shape) == 2 else None
+    if isinstance(x, list | tuple) and x and isinstance(x[0], list | tuple | np.ndarray):
+        return len(x[0])
+    return None
 
 
 def _out(t: Tensor, as_tensor: bool) -> Any:
