@@ -245,3 +245,22 @@ def test_lightning_callback_logs_attention_and_loss(tmp_path: Path) -> None:
     losses = [r for r in monitor.records if "loss" in r]
     assert [r["step"] for r in laws] == [0, 2] and len(losses) == 4
     assert all(r["routing_law"] <= 1e-10 for r in laws)
+
+
+def _strict(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_monitor_lines_are_strict_json_with_non_finite_values_as_null(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    with Monitor(path) as monitor:
+        record = monitor.log(0, loss=float("nan"), change=torch.tensor(float("inf")), usage=torch.tensor([0.5, -1e999]))
+        monitor.log_parameters(1, w=torch.zeros(3))
+        monitor.log_parameters(2, w=torch.ones(3))  # relative change from zero: inf
+    lines = [_strict(line) for line in path.read_text().splitlines()]
+    assert lines[0] == {"step": 0, "loss": None, "change": None, "usage": [0.5, None]}
+    assert lines[2] == {"step": 2, "w_change": None}
+    assert record["loss"] != record["loss"]  # in memory the value stays NaN

@@ -284,3 +284,26 @@ def test_gaussian_errors_name_the_problem() -> None:
         )
     with pytest.raises(ValueError, match=r"whitening must have shape \(2, 2\)"):
         gaussian_energies(torch.zeros(1, 2, dtype=F64), torch.zeros(2, 2, dtype=F64), torch.ones(2, dtype=F64), "diag")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_prototypes_refuse_non_finite_inputs_by_name(bad: float) -> None:
+    layer = Prototypes(4, 3, dtype=F64)
+    x = torch.randn(5, 3, dtype=F64)
+    x[2, 1] = bad
+    with pytest.raises(ValueError, match="x contains NaN or inf"):
+        layer(x)
+    with torch.no_grad():
+        layer.prototypes[1, 0] = bad
+    with pytest.raises(ValueError, match="prototypes contain NaN or inf"):
+        layer(torch.randn(5, 3, dtype=F64))
+
+
+def test_prototypes_check_is_not_in_the_graph() -> None:
+    layer = Prototypes(4, 3, dtype=F64)
+    x = torch.randn(5, 3, dtype=F64, requires_grad=True)
+    out = layer(x)
+    torch.testing.assert_close(out, ((x[:, None] - layer.prototypes) ** 2).sum(-1), rtol=1e-12, atol=1e-12)
+    assert (
+        out.grad_fn is not None and out.grad_fn.name() == "SumBackward1"
+    )  # the distance itself: the check adds no node

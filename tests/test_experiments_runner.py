@@ -363,3 +363,153 @@ def test_cli_audit_passes_size_and_seed_into_the_config(monkeypatch: pytest.Monk
     assert main(["audit", "--full", "--out", str(tmp_path / "b")]) == 0
     assert main(["audit", "--quick", "--seed", "2", "--out", str(tmp_path / "c")]) == 0
     assert seen == [SpyConfig(0, "quick"), SpyConfig(0, "full"), SpyConfig(2, "quick")]
+
+
+# --- interrupts (issue 11) ----------------------------------------------------------------------------------------
+# A library call inside an experiment may swallow the KeyboardInterrupt of a Ctrl-C (GaussianMixture.fit once did)
+# or turn it into another exception. The runner notes the signal itself, so neither ends up recorded.
+
+
+def _interrupting(kind: str) -> Any:
+    """An experiment that receives SIGINT mid-run and swallows it, converts it to RuntimeError, or lets it go."""
+    import os
+    import signal
+
+    def run(cfg: SpyConfig, ctx: Context) -> Result:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the handler runs between bytecodes: give it some
+                sum(range(100))
+        except KeyboardInterrupt:
+            if kind == "swallow":
+                return Result("SUPPORTED", "finished anyway, with other numbers", {"x": -1.0})
+            if kind == "convert":
+                raise RuntimeError("a library turned the interrupt into this") from None
+            raise
+        return Result("SUPPORTED", "the interrupt never arrived", {"x": 0.0})
+
+    return run
+
+
+def _ok(cfg: SpyConfig, ctx: Context) -> Result:
+    return Result("SUPPORTED", "fine", {"x": 1.0})
+
+
+@pytest.mark.parametrize("kind", ["swallow", "convert", "propagate"])
+def test_an_interrupted_experiment_is_never_recorded_and_the_rerun_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    import signal
+
+    calls: list[str] = []
+
+    def first(cfg: SpyConfig, ctx: Context) -> Result:
+        calls.append("first")
+        return _ok(cfg, ctx)
+
+    interrupting = _interrupting(kind)
+
+    def second(cfg: SpyConfig, ctx: Context) -> Result:
+        calls.append("second")
+        return interrupting(cfg, ctx) if calls.count("second") == 1 else _ok(cfg, ctx)
+
+    monkeypatch.setattr(ex, "EXPERIMENTS", [_spy(first, "first"), _spy(second, "second")])
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_audit(out, progress=False)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    saved = _results(out)["experiments"]
+    assert list(saved) == ["first"]  # completed experiments only: the interrupted one is neither a result nor ERROR
+    state = run_audit(out, progress=False)
+    assert calls == ["first", "second", "second"]  # the rerun keeps the first and runs the second again
+    assert {n: e["verdict"] for n, e in state["experiments"].items()} == {"first": "SUPPORTED", "second": "SUPPORTED"}
+    assert state["experiments"]["second"]["metrics"] == {"x": 1.0}
+
+
+def test_sigterm_during_an_experiment_is_an_interrupt_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import signal
+
+    def run(cfg: SpyConfig, ctx: Context) -> Result:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                sum(range(100))
+        except BaseException:  # swallows everything, as a careless library might
+            pass
+        return Result("SUPPORTED", "finished anyway", {})
+
+    monkeypatch.setattr(ex, "EXPERIMENTS", [_spy(run, "term")])
+    seen: list[int] = []
+
+    def ours(signum: int, frame: Any) -> None:  # not the default, which would end the test process
+        seen.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, ours)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            run_audit(tmp_path / "run", progress=False)
+        assert seen == [] and signal.getsignal(signal.SIGTERM) is ours  # the runner's handler, then ours again
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert _results(tmp_path / "run")["experiments"] == {}
+
+
+# --- an unreadable results.json (issue 11) ------------------------------------------------------------------------
+
+
+def _truncate(path: Path) -> None:
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+
+
+def test_a_truncated_results_json_is_recovered_from_the_atomic_writes_tmp(
+    fake: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    run_audit(out)
+    path = out / "results.json"
+    (out / "results.json.tmp").write_text(path.read_text())  # the last complete write, staged
+    _truncate(path)
+    run_audit(out)
+    assert len(fake.CALLS) == 1  # kept, not rerun
+    assert "recovered the run from" in capsys.readouterr().err
+    assert _results(out)["experiments"]["fake"]["verdict"] == "SUPPORTED"
+    assert not (out / "results.json.tmp").exists()
+
+
+@pytest.mark.parametrize("tmp", [None, "", '{"size": "quick", "experiments": {"fake": {"name": "fake"'])
+def test_a_truncated_results_json_without_a_usable_tmp_says_how_to_start_over(
+    fake: ModuleType, tmp_path: Path, tmp: str | None
+) -> None:
+    out = tmp_path / "run"
+    run_audit(out)
+    path = out / "results.json"
+    _truncate(path)
+    if tmp is not None:
+        (out / "results.json.tmp").write_text(tmp)
+    with pytest.raises(ValueError, match=r"results\.json: not valid JSON \(truncated\?\).*--force.*delete.*--out") as e:
+        run_audit(out)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+    state = run_audit(out, force=True)  # starts over
+    assert len(fake.CALLS) == 2 and state["experiments"]["fake"]["verdict"] == "SUPPORTED"
+
+
+def test_a_partial_tmp_of_a_first_write_is_ignored(fake: ModuleType, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "results.json.tmp").write_text('{"size": "qu')  # killed while writing the very first results.json
+    assert run_audit(out, progress=False)["experiments"]["fake"]["verdict"] == "SUPPORTED"
+
+
+def test_a_symlinked_report_or_tmp_is_replaced_not_followed(fake: ModuleType, tmp_path: Path) -> None:
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "report.html").symlink_to(outside)
+    (out / "results.json.tmp").symlink_to(outside)
+    run_audit(out, progress=False)
+    assert outside.read_text() == "keep me"
+    assert not (out / "report.html").is_symlink() and "Claims audit" in (out / "report.html").read_text()

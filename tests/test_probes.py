@@ -406,3 +406,21 @@ def test_summary_batch_must_be_positive() -> None:
     for bad in (0, -1, True):
         with pytest.raises(ValueError, match="summary_batch"):
             AttentionProbe(mode="summary", summary_batch=bad)
+
+
+@pytest.mark.parametrize("attach", ["module", "tensor"])
+def test_head_probe_on_a_module_returning_a_tuple_says_what_it_can_watch(attach: str) -> None:
+    lstm = nn.LSTM(4, 3, batch_first=True)
+    x = torch.randn(2, 5, 4)
+    if attach == "module":  # refused when attached: nn.LSTM returns (output, (h, c))
+        with pytest.raises(TypeError, match=r"LSTM returns a tuple.*one tensor of logits or distances"):
+            HeadProbe(lstm).__enter__()
+    else:  # a module of unknown output type is checked at its first forward
+        wrapper = nn.Sequential(lstm)  # its output is LSTM's tuple
+        with (
+            unchecked(),
+            HeadProbe(wrapper) as probe,
+            pytest.raises(TypeError, match=r"one tensor of logits.*Sequential returned a tuple"),
+        ):
+            wrapper(x)
+        assert not probe._handles and not wrapper._forward_hooks  # no hook left behind

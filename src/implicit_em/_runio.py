@@ -7,8 +7,9 @@ layers can use it without importing each other.
   temporary file next to the target and :func:`os.replace` it, so a reader (or a killed run) never sees half a
   file;
 - what a run records about where it ran: :func:`package_version`, :func:`versions`, :func:`environment`;
-- run control: :func:`torch_threads` (torch's intra-op threads inside a block) and :class:`DeferSignals`
-  (SIGINT and SIGTERM held until a step ends).
+- run control: :func:`torch_threads` (torch's intra-op threads inside a block), :class:`DeferSignals`
+  (SIGINT and SIGTERM held until a step ends) and :class:`NoteInterrupts` (SIGINT and SIGTERM raise
+  KeyboardInterrupt and are remembered, so code that swallows the exception cannot hide them).
 """
 
 import importlib.metadata
@@ -21,15 +22,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
 __all__ = [
     "DeferSignals",
+    "NoteInterrupts",
     "environment",
     "package_version",
     "save_torch_atomic",
+    "temporary_path",
     "torch_threads",
     "versions",
     "write_json_atomic",
@@ -39,15 +42,29 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------- atomic writes
 
 
-def _tmp_path(path: Path) -> Path:
-    """``name.ext`` -> ``name.ext.tmp``, in the same folder (so :func:`os.replace` stays on one file system)."""
+def temporary_path(path: Path) -> Path:
+    """``name.ext`` -> ``name.ext.tmp``, in the same folder (so :func:`os.replace` stays on one file system): where
+    the atomic writes stage a file, and where a reader may find the last write if it was cut short."""
     return path.with_suffix(path.suffix + ".tmp")
 
 
+_tmp_path = temporary_path
+
+
+def _open_fresh(tmp: Path, binary: bool = False) -> IO[Any]:
+    """Open ``tmp`` as a new file (UTF-8 text or binary): a leftover, or a symlink planted there, is removed first
+    and never followed."""
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    return os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and :func:`os.replace`."""
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and :func:`os.replace`. A symlink at ``path`` is
+    replaced by the file, not followed, so a run folder from elsewhere cannot point a write outside itself."""
     tmp = _tmp_path(path)
-    tmp.write_text(text)
+    with _open_fresh(tmp) as f:
+        f.write(text)
     os.replace(tmp, path)
 
 
@@ -59,7 +76,8 @@ def write_json_atomic(obj: Any, path: Path, indent: int = 2) -> None:
 def save_torch_atomic(obj: Any, path: Path) -> None:
     """:func:`torch.save` to a temporary file, then :func:`os.replace` onto ``path``."""
     tmp = _tmp_path(path)
-    torch.save(obj, tmp)
+    with _open_fresh(tmp, binary=True) as f:
+        torch.save(obj, f)
     os.replace(tmp, path)
 
 
@@ -149,3 +167,40 @@ class DeferSignals:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
+
+
+class NoteInterrupts:
+    """Inside the block SIGINT and SIGTERM raise KeyboardInterrupt, as Python's default does for SIGINT, and are
+    remembered in :attr:`received` (the first signal's number), so the caller knows of the interrupt even when the
+    code it ran swallowed the KeyboardInterrupt (a library's ``except BaseException``) or turned it into another
+    exception. While :attr:`hold` is true a signal is only remembered: the caller sets it to save its state
+    without being interrupted again. The previous handlers are restored on exit. Outside the main thread (where
+    handlers cannot be installed) it installs nothing and ``received`` stays None.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.hold = False
+        self._old: dict[int, Any] = {}
+
+    @property
+    def name(self) -> str | None:
+        """The received signal's name (``"SIGINT"``, ``"SIGTERM"``), None if none arrived."""
+        return None if self.received is None else signal.Signals(self.received).name
+
+    def __enter__(self) -> "NoteInterrupts":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.received is None:
+            self.received = signum
+        if not self.hold:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        self._old.clear()

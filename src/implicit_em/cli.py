@@ -3,6 +3,11 @@
 ``implicit-em demo`` measures, for each regime of the paper, the gradient law by autograd and prints the residual.
 ``implicit-em audit`` runs the claims audit (quick sizes by default) and writes its HTML report; ``implicit-em
 report DIR`` rewrites the report of a run folder.
+
+Exit status: 0 on success; 1 when an experiment ended in ERROR; 2 on a usage error or a run folder that cannot be
+used (a corrupt ``results.json``, an unwritable ``--out``), with one line on stderr saying what is wrong and no
+traceback; 130 (SIGINT) or 143 (SIGTERM) when the audit was interrupted, after saving the experiments finished
+before it (the same command resumes).
 """
 
 import argparse
@@ -10,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -183,15 +188,68 @@ def demo() -> int:
     return 0
 
 
-def _audit(args: argparse.Namespace) -> int:
-    from implicit_em.experiments import EXPERIMENTS, run_audit
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``implicit-em audit: error: ... (see --help)`` and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32 - 1], got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32 - 1], got {value}")
+    return value
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",")]
+    if not any(names):
+        raise argparse.ArgumentTypeError(f"names no experiment: {text!r}")
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"has an empty name: {text!r} (comma-separated names)")
+    return names
+
+
+def _fail(prog: str, err: BaseException) -> int:
+    """One line on stderr for an error the user can fix, and exit status 2."""
+    print(f"{prog}: error: {err}", file=sys.stderr)
+    return 2
+
+
+def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from implicit_em.experiments import EXPERIMENTS, run_audit, select
 
     if args.list:
         for exp in EXPERIMENTS:
             print(f"{exp.name:<24}{exp.source}")
         return 0
-    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
-    state = run_audit(args.out, quick=not args.full, only=only, force=args.force, seed=args.seed, threads=args.threads)
+    try:
+        select(EXPERIMENTS, args.only)
+    except ValueError as err:
+        parser.error(f"argument --only: {err}")
+    try:
+        state = run_audit(
+            args.out, quick=not args.full, only=args.only, force=args.force, seed=args.seed, threads=args.threads
+        )
+    except KeyboardInterrupt as err:
+        print(f"{parser.prog}: interrupted: {err}", file=sys.stderr)
+        return 143 if str(err).startswith("SIGTERM") else 130
+    except (ValueError, TypeError, OSError) as err:  # a corrupt results.json, an --out that is a file or read-only
+        return _fail(parser.prog, err)
     exps = state["experiments"]
     print(f"\nclaims audit ({state['size']}, seed {state['seed']}), {len(exps)} experiments:")
     for e in exps.values():
@@ -202,7 +260,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``implicit-em`` console script."""
-    parser = argparse.ArgumentParser(prog="implicit-em", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(prog="implicit-em", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="measure the gradient law of every regime and print the residuals")
     audit = sub.add_parser(
@@ -214,10 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     size.add_argument("--full", dest="full", action="store_true", help="full sizes (minutes each)")
     audit.set_defaults(full=False)
     audit.add_argument("--out", default="runs/audit", help="run folder (default: runs/audit)")
-    audit.add_argument("--only", default=None, help="comma-separated experiment names (default: all)")
-    audit.add_argument("--seed", type=int, default=0, help="the seed field of every experiment's Config (default 0)")
-    audit.add_argument("--force", action="store_true", help="rerun experiments already in the run folder")
-    audit.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 quick, torch's full)")
+    audit.add_argument("--only", type=_names, default=None, help="comma-separated experiment names (default: all)")
+    audit.add_argument("--seed", type=_seed, default=0, help="the seed field of every experiment's Config (default 0)")
+    audit.add_argument(
+        "--force", action="store_true", help="rerun experiments already in the run folder (starts over a corrupt one)"
+    )
+    audit.add_argument(
+        "--threads", type=_positive_int, default=None, help="torch threads (default: 1 quick, torch's full)"
+    )
     audit.add_argument("--list", action="store_true", help="list the experiments and exit")
     report = sub.add_parser("report", help="(re)write report.html of an audit run folder")
     report.add_argument("run_dir")
@@ -225,11 +287,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         return demo()
     if args.command == "audit":
-        return _audit(args)
+        return _audit(args, audit)
     if args.command == "report":
         from implicit_em.report import write_report
 
-        print(write_report(args.run_dir))
+        try:
+            print(write_report(args.run_dir))
+        except (ValueError, OSError) as err:  # ResultsError is a ValueError; OSError: report.html not writable
+            return _fail(report.prog, err)
         return 0
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse rejects it first
     return 2

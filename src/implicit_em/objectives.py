@@ -73,7 +73,7 @@ def _logits(d: Tensor, log_weights: Tensor | None, dim: int) -> Tensor:
         shape = [1] * d.dim()
         shape[dim] = k
         log_weights = log_weights.reshape(shape)
-    elif torch.broadcast_shapes(log_weights.shape, d.shape) != d.shape:
+    elif _broadcast(log_weights.shape, d.shape) != d.shape:
         raise ValueError(f"log_weights of shape {tuple(log_weights.shape)} does not broadcast to d {tuple(d.shape)}")
     if validate_args_enabled():
         if torch.isnan(log_weights).any() or torch.isposinf(log_weights).any():
@@ -82,6 +82,19 @@ def _logits(d: Tensor, log_weights: Tensor | None, dim: int) -> Tensor:
     if validate_args_enabled() and torch.isneginf(logits).all(dim=dim).any():
         raise ValueError("a row has zero weight (log π = -inf) or +inf distance for every component")
     return logits
+
+
+def _broadcast(a: torch.Size, b: torch.Size) -> torch.Size | None:
+    """The broadcast shape of ``a`` and ``b``, None if they do not broadcast."""
+    try:
+        return torch.broadcast_shapes(a, b)
+    except RuntimeError:
+        return None
+
+
+def _check_tensor(name: str, t: object) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
 
 
 def responsibilities(
@@ -152,8 +165,11 @@ def _check_index_target(target: Tensor, like: Tensor, dim: int) -> None:
         raise ValueError(f"class-index target out of range [0, {k})")
 
 
-def _target_distribution(target: Tensor, like: Tensor, dim: int, label_smoothing: float) -> Tensor:
+def _target_distribution(
+    target: Tensor, like: Tensor, dim: int, label_smoothing: float, name: str = "target"
+) -> Tensor:
     """Soft target distribution t (same shape as ``like``) from class indices or soft targets."""
+    _check_tensor(name, target)
     k = like.shape[dim]
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must lie in [0, 1], got {label_smoothing}")
@@ -193,6 +209,7 @@ def constrained_cross_entropy(
         ℓ for each row.
     """
     log_r = torch.log_softmax(_logits(d, None, dim), dim=dim)
+    _check_tensor("target", target)
     if not target.is_floating_point() and label_smoothing == 0.0:
         _check_index_target(target, d, dim)
         return -torch.gather(log_r, dim, target.long().unsqueeze(dim)).squeeze(dim)
@@ -212,6 +229,8 @@ def correntropy(d: Float[Tensor, "*batch k"], sigma: float | Tensor, dim: int = 
     check_floating("d", d)
     if validate_args_enabled() and torch.isnan(d).any():
         raise ValueError("d contains NaN")
+    if isinstance(sigma, bool) or not isinstance(sigma, int | float | Tensor):
+        raise TypeError(f"sigma must be a positive number or tensor, got {type(sigma).__name__}")
     sigma_t = torch.as_tensor(sigma, dtype=d.dtype, device=d.device)
     if validate_args_enabled() and not bool((sigma_t > 0).all()):
         raise ValueError(f"sigma must be > 0, got {sigma}")
@@ -235,5 +254,5 @@ def independent_sigmoid_bce(z: Float[Tensor, "*batch k"], targets: Tensor, dim: 
     """
     check_floating("z", z)
     check_finite("z", z)
-    t = _target_distribution(targets, z, dim, 0.0)
+    t = _target_distribution(targets, z, dim, 0.0, name="targets")
     return F.binary_cross_entropy_with_logits(z, t, reduction="none").sum(dim=dim)

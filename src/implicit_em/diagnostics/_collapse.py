@@ -4,6 +4,7 @@ Histories are (steps, K) tensors, one row per recorded step; ``steps`` gives the
 (default 0, 1, ...). A detector returns ``None`` when it stays silent.
 """
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -37,6 +38,11 @@ def _history(history: Tensor | Sequence[Tensor], steps: Sequence[int] | None) ->
     return h.detach(), labels
 
 
+def _check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 def dominance(
     usage: Tensor | Sequence[Tensor], steps: Sequence[int] | None = None, threshold: float = 0.9
 ) -> Finding | None:
@@ -65,6 +71,7 @@ def dead_components(
     patience: int = 3,
 ) -> Finding | None:
     """Fires when some component's usage share stays under ``floor`` (default 0.01/K) for ``patience`` rows."""
+    _check_positive("patience", patience)
     h, labels = _history(usage, steps)
     share = h / h.sum(dim=1, keepdim=True)
     floor = 0.01 / h.shape[1] if floor is None else floor
@@ -91,6 +98,7 @@ def metric_collapse(
 
     Without the volume term the objective is maximised by W → 0 (DESIGN.md §1): log|det W| falls without bound.
     """
+    _check_positive("window", window)
     h, labels = _history(log_det, steps)
     for t in range(window, h.shape[0]):
         fallen = h[0] - h[t]

@@ -3,6 +3,7 @@ r"""Specialisation and dynamics metrics: pure functions of responsibilities, par
 Shapes: r (N, K) responsibilities (any leading dims fold into N); K components; patterns (B, H, T, S).
 """
 
+import numbers
 from typing import NamedTuple
 
 import torch
@@ -13,6 +14,8 @@ from implicit_em import gaussian
 
 
 def _rows(r: Tensor) -> Tensor:
+    if not isinstance(r, Tensor):
+        raise TypeError(f"responsibilities must be a torch.Tensor (N, K), got {type(r).__name__}")
     if r.dim() < 1 or r.shape[-1] == 0:
         raise ValueError(f"responsibilities need a component dim, got shape {tuple(r.shape)}")
     return r.reshape(-1, r.shape[-1])  # (N, K)
@@ -40,6 +43,8 @@ def responsibility_histograms(r: Float[Tensor, "*n k"], bins: int = 10) -> Float
 
     A specialised component has mass near 0 and near 1; an unspecialised one near 1/K.
     """
+    if isinstance(bins, bool) or not isinstance(bins, numbers.Integral):
+        raise TypeError(f"bins must be an integer, got {type(bins).__name__} {bins!r}")
     if bins < 1:
         raise ValueError(f"bins must be positive, got {bins}")
     index = (_rows(r) * bins).long().clamp(0, bins - 1)  # (N, K)
@@ -103,6 +108,10 @@ def min_variance(whitening: gaussian.Shaped, covariance_type: str) -> Float[Tens
     Whitening in the conventions of :func:`implicit_em.distances.gaussian_energies`: full (K, D, D), tied
     (D, D), diag (K, D), spherical (K,). Returns (K,) (tied: (1,)).
     """
+    expected = {"full": (3, "(K, D, D)"), "tied": (2, "(D, D)"), "diag": (2, "(K, D)"), "spherical": (1, "(K,)")}
+    if covariance_type in expected and whitening.dim() != expected[covariance_type][0]:
+        shape = expected[covariance_type][1]
+        raise ValueError(f"{covariance_type} whitening must have shape {shape}, got {tuple(whitening.shape)}")
     if covariance_type == "full":
         top = torch.linalg.matrix_norm(whitening, ord=2)
     elif covariance_type == "tied":

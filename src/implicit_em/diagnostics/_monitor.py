@@ -3,10 +3,16 @@
 Each ``log_*`` call computes the metrics of ``_metrics.py`` from what it is given, appends one record
 ``{"step": ..., name: value, ...}`` to the JSON-lines file, keeps the small histories that the collapse
 detectors scan, and returns the record. :meth:`Monitor.findings` runs the detectors.
+
+Every line is strict JSON (RFC 8259, which has no NaN or Infinity): a non-finite value (NaN, ±inf, e.g. a
+relative change from zero or a diverged run) is written as ``null``; the record kept in memory and returned
+keeps the float itself. A value that is not a number, string, boolean, None, tensor, numpy value, list or dict
+is a TypeError naming it.
 """
 
 import json
 import math
+import numbers
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -27,15 +33,38 @@ from implicit_em.diagnostics._metrics import (
 )
 
 
-def _plain(value: Any) -> Any:
-    """Tensors to floats or nested lists, for JSON."""
+def _plain(value: Any, name: str) -> Any:
+    """Tensors (and numpy values) to numbers or nested lists; TypeError naming ``name`` for what JSON cannot hold."""
     if isinstance(value, Tensor):
         value = value.detach().cpu()
         return value.item() if value.dim() == 0 else value.tolist()
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v, f"{name}.{k}") for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, name) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "tolist") and type(value).__module__ == "numpy":  # numpy arrays and scalars
+        return value.tolist()
+    raise TypeError(
+        f"Monitor.log: {name} is {type(value).__name__}; log numbers, strings, tensors, numpy values, lists or dicts"
+    )
+
+
+def _step(step: Any) -> int:
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+        raise TypeError(f"Monitor: step must be an integer, got {type(step).__name__} {step!r}")
+    return int(step)
+
+
+def _null_non_finite(value: Any) -> Any:
+    """NaN and ±inf to None (JSON null), recursively: what the JSON-lines file holds."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _null_non_finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_null_non_finite(v) for v in value]
     return value
 
 
@@ -64,6 +93,8 @@ class Monitor:
     ) -> None:
         self.path = None if path is None else Path(path)
         self._file: IO[str] | None = None
+        if self.path is not None and self.path.is_dir():
+            raise ValueError(f"path {str(self.path)!r} is a folder; Monitor needs a JSON-lines file to append to")
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a", encoding="utf-8")
@@ -76,11 +107,15 @@ class Monitor:
 
     # ---- writing -------------------------------------------------------------------------------------
     def log(self, step: int, **values: Any) -> dict[str, Any]:
-        """Write one record of plain values or tensors at ``step``; returns it (tensors as floats/lists)."""
-        record = {"step": int(step), **{name: _plain(value) for name, value in values.items()}}
+        """Write one record of plain values or tensors at ``step``; returns it (tensors as floats/lists).
+
+        The JSON line holds ``null`` where the record holds NaN or ±inf (see the module docstring).
+        """
+        record = {"step": _step(step), **{name: _plain(value, name) for name, value in values.items()}}
+        line = json.dumps(_null_non_finite(record), allow_nan=False) if self._file is not None else ""
         self.records.append(record)
         if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
+            self._file.write(line + "\n")
             self._file.flush()
         if self._writer is not None:
             for name, value in record.items():
@@ -89,7 +124,7 @@ class Monitor:
 
     def _remember(self, name: str, step: int, value: Tensor) -> None:
         steps, values = self.histories.setdefault(name, ([], []))
-        steps.append(int(step))
+        steps.append(_step(step))
         values.append(value.detach().cpu().to(torch.float64))
 
     def history(self, name: str) -> tuple[list[int], Tensor]:

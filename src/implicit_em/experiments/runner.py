@@ -7,10 +7,18 @@ transformers and python, the platform, torch's threads), and per experiment its 
 the hash of the code it ran (see :mod:`implicit_em.experiments._provenance`), and the commit and library versions
 it ran with.
 
-A run can be interrupted (Ctrl-C) without losing the experiments already finished, and a second call with the
-same folder, size and seed resumes: an experiment is kept only if its config hash, code hash and library versions
-match the stored ones; otherwise it is rerun with a line saying why (``force=True`` reruns all). A different size
-or seed starts a new run. So results of different code are never mixed without a record of it.
+A run can be interrupted (Ctrl-C, SIGTERM) without losing the experiments already finished, and a second call with
+the same folder, size and seed resumes: an experiment is kept only if its config hash, code hash and library
+versions match the stored ones; otherwise it is rerun with a line saying why (``force=True`` reruns all). A
+different size or seed starts a new run. So results of different code are never mixed without a record of it.
+
+An interrupted experiment is never recorded, neither as a result nor as ERROR. The runner notes SIGINT and SIGTERM
+itself while the audit runs (:class:`~implicit_em._runio.NoteInterrupts`), because code inside an experiment may
+swallow the KeyboardInterrupt or turn it into another exception and then finish with other numbers: whatever the
+experiment then returns or raises is dropped, the experiments finished before it are saved, and
+:func:`run_audit` raises KeyboardInterrupt. A ``results.json`` that cannot be read is recovered from the atomic
+write's ``results.json.tmp`` when that is a complete results file; otherwise :func:`run_audit` raises
+:class:`~implicit_em.report.ResultsError` saying what is wrong and how to start over (``force=True``).
 """
 
 import json
@@ -21,10 +29,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from implicit_em._runio import NoteInterrupts, temporary_path
 from implicit_em._runio import environment as _environment
 from implicit_em._runio import write_text_atomic as _write_atomic
 from implicit_em.experiments import _provenance
 from implicit_em.experiments._base import Context, Experiment, Result, torch_threads
+from implicit_em.report._results import ResultsError, read_results
 
 __all__ = ["run_audit", "select"]
 
@@ -32,15 +42,72 @@ __all__ = ["run_audit", "select"]
 _VERSION_KEYS = ("torch", "numpy", "scikit-learn", "transformers", "python")
 
 
+# seeds go to numpy, torch and scikit-learn; the last accepts [0, 2**32 - 1]
+_MAX_SEED = 2**32 - 1
+
+
 def select(experiments: Sequence[Experiment[Any]], only: Sequence[str] | None) -> list[Experiment[Any]]:
-    """The experiments named in ``only`` (all when None), in registry order; unknown names raise ValueError."""
-    if not only:
+    """The experiments named in ``only`` (all when None), in registry order.
+
+    Raises:
+        TypeError: ``only`` is a string (pass a list of names) or holds something that is not a string.
+        ValueError: ``only`` names no experiment (an empty list) or an unknown one.
+    """
+    if only is None:
         return list(experiments)
+    if isinstance(only, str):
+        raise TypeError(f"only must be a list of experiment names, got the string {only!r} (use [{only!r}])")
     names = {e.name for e in experiments}
+    wrong = [n for n in only if not isinstance(n, str)]
+    if wrong:
+        raise TypeError(f"only must hold experiment names (strings), got {wrong!r}")
+    if not only:
+        raise ValueError(f"only names no experiment; known: {sorted(names)} (None runs them all)")
     unknown = [n for n in only if n not in names]
     if unknown:
         raise ValueError(f"unknown experiment(s) {unknown}; known: {sorted(names)}")
     return [e for e in experiments if e.name in only]
+
+
+def _check_arguments(seed: Any, threads: Any) -> None:
+    """``seed`` an integer in [0, 2**32 - 1]; ``threads`` None or a positive integer."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an integer, got {type(seed).__name__} {seed!r}")
+    if not 0 <= seed <= _MAX_SEED:
+        raise ValueError(f"seed must lie in [0, 2**32 - 1], got {seed}")
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int):
+            raise TypeError(f"threads must be a positive integer or None, got {type(threads).__name__} {threads!r}")
+        if threads < 1:
+            raise ValueError(f"threads must be a positive integer (or None for the default), got {threads}")
+
+
+def _load_state(path: Path, force: bool, progress: bool) -> dict[str, Any]:
+    """The stored run in ``path`` ({} if none); recovered from ``results.json.tmp`` if ``path`` is unreadable and
+    that is a complete results file; else :class:`ResultsError` (or, with ``force``, a fresh start)."""
+    tmp = temporary_path(path)
+    if not path.exists() and not tmp.exists():
+        return {}
+    try:
+        return read_results(path)
+    except ResultsError as err:
+        problem = str(err)
+    try:
+        state = read_results(tmp)
+    except ResultsError:
+        pass
+    else:
+        if progress:
+            print(f"{problem}: recovered the run from {tmp}, its last complete write", file=sys.stderr)
+        return state
+    if not path.exists():  # only a partial .tmp: a first write that was cut short
+        return {}
+    if force:
+        if progress:
+            print(f"{problem}: starting over (force)", file=sys.stderr)
+        return {}
+    hint = "to start over, rerun with --force (force=True), delete the file, or use a fresh --out"
+    raise ResultsError(f"{problem}; {hint}")
 
 
 def run_audit(
@@ -64,11 +131,15 @@ def run_audit(
 
     from implicit_em.experiments import EXPERIMENTS
 
+    _check_arguments(seed, threads)
+    chosen = select(EXPERIMENTS, only)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir {str(out)!r} is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     size = "quick" if quick else "full"
-    state: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    state = _load_state(path, force, progress)
     if state.get("size") != size or state.get("seed") != seed:
         if state and progress:
             print(
@@ -78,7 +149,7 @@ def run_audit(
             )
         state = {"size": size, "seed": seed, "experiments": {}}
     with torch_threads(threads or (1 if quick else torch.get_num_threads())):
-        return _run(out, path, state, select(EXPERIMENTS, only), quick, seed, force, progress)
+        return _run(out, path, state, chosen, quick, seed, force, progress)
 
 
 def _provenance_now() -> dict[str, Any]:
@@ -146,53 +217,85 @@ def _run(
     state["environment"] = _environment()
     versions = {k: state["environment"].get(k) for k in _VERSION_KEYS}
     ctx = Context(out)
-    for i, exp in enumerate(chosen, 1):
-        t0 = time.perf_counter()
-        code = _provenance.code_files(exp.run.__module__)
-        config: dict[str, Any] = {}
-        config_hash = ""
+    current = ""
+    with NoteInterrupts() as signals:
         try:
-            cfg = exp.config(quick, seed)
-            config, config_hash = _provenance.config_dict(cfg), _provenance.config_hash(cfg)
-        except Exception as err:  # a config that cannot be built or hashed is the experiment's error
-            result = _error(err)
-        else:
-            done = state["experiments"].get(exp.name)
-            why = "forced" if force else _stale(done, config, config_hash, code, versions)
-            if why is None and done is not None:
-                if progress:
-                    kept = f"{done['verdict']} (kept: same config, code and library versions)"
-                    print(f"[{i}/{len(chosen)}] {exp.name}: {kept}", file=sys.stderr)
-                continue
+            for i, exp in enumerate(chosen, 1):
+                current = exp.name
+                record = _run_one(exp, f"[{i}/{len(chosen)}]", state, ctx, quick, seed, force, versions, progress)
+                if signals.received is not None:  # it swallowed the KeyboardInterrupt or turned it into an error
+                    raise KeyboardInterrupt(signals.name)
+                if record is not None:
+                    state["experiments"][exp.name] = record
+                    _write_atomic(path, json.dumps(state, indent=1))
+                    if progress:
+                        line = f"{record['verdict']} in {record['seconds']:.1f} s: {record['summary']}"
+                        print(f"    {line}", file=sys.stderr)
+            current = ""
+        except KeyboardInterrupt:
+            signals.hold = True  # a second Ctrl-C does not cut the save short
+            _write_atomic(path, json.dumps(state, indent=1))  # the experiments finished before the interrupt
+            write_report(out)
+            what = signals.name or "KeyboardInterrupt"
+            during = f" during {current}" if current else ""
             if progress:
-                print(f"[{i}/{len(chosen)}] {exp.name} ... ({why})", file=sys.stderr, flush=True)
-            try:
-                result = exp.run(cfg, ctx)
-            except KeyboardInterrupt:
-                _write_atomic(path, json.dumps(state, indent=1))
-                write_report(out)
-                raise
-            except Exception as err:  # recorded, not hidden: the report shows it as ERROR
-                result = _error(err)
-        record = {
-            "name": exp.name,
-            "title": exp.title,
-            "claim": exp.claim,
-            "source": exp.source,
-            "seconds": time.perf_counter() - t0,
-            **result.to_dict(),
-            "config": config,
-            "config_hash": config_hash,
-            "code_hash": _provenance.code_hash(code),
-            "code_files": code,
-            "commit": state["provenance"]["commit"],
-            "dirty": state["provenance"]["dirty"],
-            "versions": versions,
-        }
-        state["experiments"][exp.name] = record
-        _write_atomic(path, json.dumps(state, indent=1))
-        if progress:
-            print(f"    {record['verdict']} in {record['seconds']:.1f} s: {record['summary']}", file=sys.stderr)
+                print(f"    interrupted ({what}){during}: not recorded; run again to resume", file=sys.stderr)
+            raise KeyboardInterrupt(
+                f"{what}{during}: the experiments finished before it are saved in {path}; run again to resume"
+            ) from None
     _write_atomic(path, json.dumps(state, indent=1))
     write_report(out)
     return state
+
+
+def _run_one(
+    exp: Experiment[Any],
+    counter: str,
+    state: dict[str, Any],
+    ctx: Context,
+    quick: bool,
+    seed: int,
+    force: bool,
+    versions: dict[str, Any],
+    progress: bool,
+) -> dict[str, Any] | None:
+    """Run one experiment and return its record, or None when the stored record is kept."""
+    t0 = time.perf_counter()
+    code = _provenance.code_files(exp.run.__module__)
+    config: dict[str, Any] = {}
+    config_hash = ""
+    try:
+        cfg = exp.config(quick, seed)
+        config, config_hash = _provenance.config_dict(cfg), _provenance.config_hash(cfg)
+    except Exception as err:  # a config that cannot be built or hashed is the experiment's error
+        result = _error(err)
+    else:
+        done = state["experiments"].get(exp.name)
+        why = "forced" if force else _stale(done, config, config_hash, code, versions)
+        if why is None and done is not None:
+            if progress:
+                kept = f"{done['verdict']} (kept: same config, code and library versions)"
+                print(f"{counter} {exp.name}: {kept}", file=sys.stderr)
+            return None
+        if progress:
+            print(f"{counter} {exp.name} ... ({why})", file=sys.stderr, flush=True)
+        try:
+            result = exp.run(cfg, ctx)
+        except Exception as err:  # recorded, not hidden: the report shows it as ERROR (unless it was an interrupt)
+            result = _error(err)
+    record = {
+        "name": exp.name,
+        "title": exp.title,
+        "claim": exp.claim,
+        "source": exp.source,
+        "seconds": time.perf_counter() - t0,
+        **result.to_dict(),
+        "config": config,
+        "config_hash": config_hash,
+        "code_hash": _provenance.code_hash(code),
+        "code_files": code,
+        "commit": state["provenance"]["commit"],
+        "dirty": state["provenance"]["dirty"],
+        "versions": versions,
+    }
+    return record

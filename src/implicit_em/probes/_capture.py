@@ -134,6 +134,8 @@ class AttentionProbe:
         sites: Sequence[str] | None = None,
         summary_batch: int | None = 1,
     ) -> None:
+        if model is not None and not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module (or None), got {type(model).__name__}")
         if mode not in ("full", "summary"):
             raise ValueError(f"mode must be 'full' or 'summary', got {mode!r}")
         if every < 1:

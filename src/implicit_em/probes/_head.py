@@ -13,6 +13,7 @@ With logits :math:`z = -d` the gradient at :math:`z` is :math:`-\partial/\partia
 mean over N rows scales every gradient by 1/N; ``reduction`` undoes it.
 """
 
+import math
 from types import TracebackType
 from typing import Any, Literal
 
@@ -24,6 +25,11 @@ from implicit_em.objectives import responsibilities
 
 Regime = Literal["unsupervised", "constrained", "lse"]
 _REGIMES = ("unsupervised", "constrained", "lse")
+
+# Modules whose output is a tuple, refused when the probe attaches; any other module's output is checked at its
+# first forward.
+_TUPLE_MODULES = (nn.RNNBase, nn.MultiheadAttention)
+_WATCHABLE = "one tensor of logits or distances (..., K)"
 
 
 class HeadProbe:
@@ -42,7 +48,9 @@ class HeadProbe:
         probe.residual(target=y)                   # max |r - softmax(logits)|
 
     Args:
-        module: a module whose output is the (..., K) tensor to watch (optional).
+        module: a module whose output is the (..., K) tensor to watch (optional). It must return one tensor:
+            a module returning a tuple (``nn.LSTM``, ``nn.MultiheadAttention``) is refused with a TypeError when
+            the probe attaches, any other at its first forward; watch the tensor itself with ``probe(tensor)``.
         regime: ``"unsupervised"``, ``"constrained"`` or ``"lse"`` (see the module docstring).
         kind: ``"distances"`` (d) or ``"logits"`` (z = -d).
         reduction: ``"mean"`` if the loss averages over rows, ``"sum"`` if it sums, or the factor by which
@@ -62,8 +70,17 @@ class HeadProbe:
             raise ValueError(f"regime must be one of {_REGIMES}, got {regime!r}")
         if kind not in ("distances", "logits"):
             raise ValueError(f"kind must be 'distances' or 'logits', got {kind!r}")
-        if isinstance(reduction, str) and reduction not in ("mean", "sum"):
-            raise ValueError(f"reduction must be 'mean', 'sum' or a number, got {reduction!r}")
+        if isinstance(reduction, str):
+            if reduction not in ("mean", "sum"):
+                raise ValueError(f"reduction must be 'mean', 'sum' or a number, got {reduction!r}")
+        elif isinstance(reduction, bool) or not isinstance(reduction, int | float):
+            raise TypeError(f"reduction must be 'mean', 'sum' or a number, got {type(reduction).__name__}")
+        elif not (math.isfinite(reduction) and reduction > 0):
+            raise ValueError(f"reduction must be a positive finite number (the loss's divisor), got {reduction}")
+        if module is not None and not isinstance(module, nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module (or None), got {type(module).__name__}")
+        if log_weights is not None and not isinstance(log_weights, Tensor):
+            raise TypeError(f"log_weights must be a torch.Tensor (K,) or None, got {type(log_weights).__name__}")
         self.module = module
         self.regime: Regime = regime
         self.kind = kind
@@ -75,6 +92,11 @@ class HeadProbe:
 
     def __enter__(self) -> "HeadProbe":
         if self.module is not None:
+            if isinstance(self.module, _TUPLE_MODULES):
+                raise TypeError(
+                    f"HeadProbe cannot watch {type(self.module).__name__}: {type(self.module).__name__} returns a "
+                    f"tuple; it watches a module that returns {_WATCHABLE}, or call probe(tensor) on that tensor"
+                )
             self._handles.append(self.module.register_forward_hook(self._on_output))
         return self
 
@@ -85,11 +107,18 @@ class HeadProbe:
             handle.remove()
         self._handles.clear()
 
-    def _on_output(self, module: nn.Module, args: Any, output: Tensor) -> None:
+    def _on_output(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not isinstance(output, Tensor):
+            raise TypeError(
+                f"HeadProbe watches a module that returns {_WATCHABLE}; {type(module).__name__} returned "
+                f"{_a(output)} (call probe(tensor) on the tensor to watch instead)"
+            )
         self(output)
 
     def __call__(self, tensor: Float[Tensor, "*batch k"]) -> Float[Tensor, "*batch k"]:
         """Watch ``tensor`` (its value now, its gradient at backward); returns ``tensor`` unchanged."""
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"HeadProbe watches {_WATCHABLE}; got {_a(tensor)}")
         if tensor.dim() < 1:
             raise ValueError(f"the watched tensor needs a component dim, got shape {tuple(tensor.shape)}")
         self.value = tensor.detach()
@@ -136,11 +165,23 @@ class HeadProbe:
         return float((self.responsibilities(target) - self.expected()).abs().max())
 
 
+def _a(value: Any) -> str:
+    """'a tuple', 'a list', ... for a message."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def _soft_target(target: Tensor | None, d: Tensor) -> Tensor:
     if target is None:
         raise ValueError("the constrained regime needs target (class indices or soft targets)")
+    if not isinstance(target, Tensor):
+        raise TypeError(f"target must be a torch.Tensor of class indices or soft targets, got {_a(target)}")
     if target.shape == d.shape and target.is_floating_point():
         return target.to(d.dtype)
     if target.shape != d.shape[:-1]:
         raise ValueError(f"target must have shape {tuple(d.shape[:-1])} or {tuple(d.shape)}, got {tuple(target.shape)}")
-    return torch.nn.functional.one_hot(target.long(), d.shape[-1]).to(d.dtype)
+    k = d.shape[-1]
+    if target.is_floating_point() or (target.numel() and bool((target < 0).any() | (target >= k).any())):
+        shown = target.flatten()[:8].tolist()
+        raise ValueError(f"class-index target must hold integers in [0, {k}), got {target.dtype} {shown}")
+    return torch.nn.functional.one_hot(target.long(), k).to(d.dtype)

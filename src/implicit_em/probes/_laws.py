@@ -66,6 +66,14 @@ def hopfield_residual(
     Returns:
         residual per head, shape (H,).
     """
+    if query.dim() != 4 or key.dim() != 4 or query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"query and key must share the last dimension, as (B, H, T, E) and (B, H, S, E); got "
+            f"{tuple(query.shape)} and {tuple(key.shape)}"
+        )
+    expected = (*query.shape[:-1], key.shape[-2])
+    if tuple(scores.shape) != expected:
+        raise ValueError(f"scores must have shape {expected} (B, H, T, S), got {tuple(scores.shape)}")
     q = query.detach().clone().requires_grad_(True)
     k = key.detach()
     with torch.no_grad():

@@ -88,6 +88,10 @@ def attention_scores(
     query: Float[Tensor, "*#batch t e"], key: Float[Tensor, "*#batch s e"], scale: float | None = None
 ) -> Float[Tensor, "*#batch t s"]:
     """Scaled dot-product scores s, shape (..., T, S), from query (..., T, E) and key (..., S, E)."""
+    if query.dim() < 2 or key.dim() < 2:
+        raise ValueError(
+            f"query, key and value need shape (..., T, E), got {tuple(query.shape)} and {tuple(key.shape)}"
+        )
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
             f"query and key must share the last dimension, got {tuple(query.shape)} and {tuple(key.shape)}"
@@ -110,11 +114,26 @@ def apply_mask(
         causal = torch.ones(t, s, dtype=torch.bool, device=scores.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
     if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
-        else:
-            scores = scores + attn_mask
+        try:
+            if attn_mask.dtype == torch.bool:
+                scores = scores.masked_fill(~attn_mask, float("-inf"))
+            else:
+                scores = scores + attn_mask
+        except RuntimeError:  # checked only when it fails: no cost on the hot path
+            if _broadcasts_to(attn_mask.shape, scores.shape):
+                raise
+            raise ValueError(
+                f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores (..., T, S) of shape "
+                f"{tuple(scores.shape)}"
+            ) from None
     return scores
+
+
+def _broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
 
 
 def masked_softmax(scores: Float[Tensor, "*batch t s"], masked: bool) -> Float[Tensor, "*batch t s"]:

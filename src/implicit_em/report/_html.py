@@ -1,10 +1,23 @@
-"""Render ``results.json`` of an audit run as one self-contained ``report.html`` (figures embedded as base64)."""
+"""Render ``results.json`` of an audit run as one self-contained ``report.html`` (figures embedded as base64).
+
+A run folder may come from elsewhere, so the report trusts nothing in it: ``results.json`` is read and checked by
+:func:`~implicit_em.report.read_results` (a corrupt file is a one-line :class:`~implicit_em.report.ResultsError`),
+every text is HTML-escaped, and a figure is embedded only if it is a PNG file (by its suffix and PNG's signature
+bytes) inside the run folder once symlinks and ``..`` are resolved. Any other entry of ``figures`` (``/etc/passwd``,
+``../x.png``, a symlink out of the folder, a text file named ``.png``) is skipped with a visible note in the report
+and a :class:`UserWarning`. ``report.html`` is written atomically and replaces, never follows, a symlink there.
+"""
 
 import base64
 import html
-import json
+import warnings
 from pathlib import Path
 from typing import Any
+
+from implicit_em._runio import write_text_atomic
+from implicit_em.report._results import check_results, read_results
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 _COLOURS = {"SUPPORTED": "#1a7f37", "PARTIAL": "#9a6700", "REFUTED": "#cf222e", "ERROR": "#6e7781"}
 
@@ -98,16 +111,40 @@ def _run_line(e: dict[str, Any], results: dict[str, Any]) -> str:
     return f"<p class='muted'>{html.escape(' · '.join(parts))}</p>" if parts else ""
 
 
-def _figure(run_dir: Path, rel: str) -> str:
-    path = run_dir / rel
-    if not path.exists():
-        return f'<p class="muted">figure missing: {html.escape(rel)}</p>'
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(rel)}" src="data:image/png;base64,{data}">'
+def _png_inside(run_dir: Path, rel: str) -> tuple[bytes | None, str]:
+    """The bytes of figure ``rel`` if it is a PNG file inside ``run_dir`` (after resolving), else why not."""
+    if Path(rel).suffix.lower() != ".png":
+        return None, "not a .png file"
+    root = run_dir.resolve()
+    path = (run_dir / rel).resolve()
+    if not path.is_relative_to(root):
+        return None, "outside the run folder"
+    if not path.is_file():
+        return None, "missing"
+    with path.open("rb") as f:  # read once: what is checked is what is embedded
+        data = f.read()
+    if not data.startswith(_PNG_SIGNATURE):
+        return None, "not a PNG file (no PNG signature)"
+    return data, ""
+
+
+def _figure(run_dir: Path, rel: str, experiment: str) -> str:
+    data, why = _png_inside(run_dir, rel)
+    if data is None:
+        warnings.warn(f"report: figure {rel!r} of {experiment} not embedded: {why}", UserWarning, stacklevel=3)
+        return f'<p class="muted">figure not embedded ({html.escape(why)}): {html.escape(rel)}</p>'
+    encoded = base64.b64encode(data).decode("ascii")
+    return f'<img alt="{html.escape(rel)}" src="data:image/png;base64,{encoded}">'
 
 
 def render(results: dict[str, Any], run_dir: Path) -> str:
-    """The report's HTML for a results dict (as in ``results.json``) whose figures live under ``run_dir``."""
+    """The report's HTML for a results dict (as in ``results.json``) whose figures live under ``run_dir``.
+
+    Raises:
+        ResultsError: ``results`` does not have the shape of a ``results.json`` (see :mod:`._results`).
+    """
+    results = check_results(results, "results")
+    run_dir = Path(run_dir)
     exps: list[dict[str, Any]] = list(results.get("experiments", {}).values())
     counts = {v: sum(e.get("verdict") == v for e in exps) for v in _COLOURS}
     env = results.get("environment", {})
@@ -142,7 +179,7 @@ def render(results: dict[str, Any], run_dir: Path) -> str:
             _table(e.get("thresholds", {}), ("threshold", "value")),  # results.json before criteria existed
             _table(e.get("config", {}), ("config", "value")),
             _run_line(e, results),
-            *(_figure(run_dir, f) for f in e.get("figures", [])),
+            *(_figure(run_dir, f, e["name"]) for f in e.get("figures", [])),
         ]
         if e.get("details"):
             parts.append(f"<pre>{html.escape(e['details'])}</pre>")
@@ -152,9 +189,13 @@ def render(results: dict[str, Any], run_dir: Path) -> str:
 
 
 def write_report(run_dir: str | Path) -> Path:
-    """Write ``report.html`` from ``results.json`` in ``run_dir``; returns its path."""
+    """Write ``report.html`` from ``results.json`` in ``run_dir``; returns its path.
+
+    Raises:
+        ResultsError: ``results.json`` is missing, not JSON, or not of the runner's shape (one line naming it).
+    """
     run = Path(run_dir)
-    results = json.loads((run / "results.json").read_text())
+    results = read_results(run / "results.json")
     out = run / "report.html"
-    out.write_text(render(results, run))
+    write_text_atomic(out, render(results, run))
     return out
