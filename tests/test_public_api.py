@@ -34,6 +34,7 @@ PUBLIC_MODULES = [
     "implicit_em.experiments.attention_law",
     "implicit_em.experiments.bayes_necessity",
     "implicit_em.experiments.cross_entropy_regime",
+    "implicit_em.experiments.foundations",
     "implicit_em.experiments.gd_vs_em_step",
     "implicit_em.experiments.runner",
     "implicit_em.experiments.same_optimum",

@@ -11,6 +11,7 @@ from implicit_em.experiments import (
     attention_law,
     bayes_necessity,
     cross_entropy_regime,
+    foundations,
     gd_vs_em_step,
     same_optimum,
     specialisation,
@@ -42,6 +43,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     cross_entropy_regime.EXPERIMENT,
     bayes_necessity.EXPERIMENT,
     sticky_sculpting.EXPERIMENT,
+    foundations.EXPERIMENT,
 ]
 
 __all__ = [
