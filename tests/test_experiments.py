@@ -81,6 +81,7 @@ def test_registry_lists_the_experiments_in_report_order() -> None:
         "bayes_necessity",
         "sticky_sculpting",
         "foundations",
+        "correntropy_robustness",
     ]
     for e in EXPERIMENTS:
         assert e.claim and e.source and callable(e.run)

@@ -33,6 +33,7 @@ PUBLIC_MODULES = [
     "implicit_em.experiments",
     "implicit_em.experiments.attention_law",
     "implicit_em.experiments.bayes_necessity",
+    "implicit_em.experiments.correntropy_robustness",
     "implicit_em.experiments.cross_entropy_regime",
     "implicit_em.experiments.foundations",
     "implicit_em.experiments.gd_vs_em_step",

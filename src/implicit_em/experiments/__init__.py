@@ -10,6 +10,7 @@ from typing import Any
 from implicit_em.experiments import (
     attention_law,
     bayes_necessity,
+    correntropy_robustness,
     cross_entropy_regime,
     foundations,
     gd_vs_em_step,
@@ -44,6 +45,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     bayes_necessity.EXPERIMENT,
     sticky_sculpting.EXPERIMENT,
     foundations.EXPERIMENT,
+    correntropy_robustness.EXPERIMENT,
 ]
 
 __all__ = [
