@@ -10,7 +10,9 @@ from typing import Any
 from implicit_em.experiments import (
     attention_law,
     bayes_necessity,
+    correntropy_robustness,
     cross_entropy_regime,
+    foundations,
     gd_vs_em_step,
     same_optimum,
     specialisation,
@@ -42,6 +44,8 @@ EXPERIMENTS: list[Experiment[Any]] = [
     cross_entropy_regime.EXPERIMENT,
     bayes_necessity.EXPERIMENT,
     sticky_sculpting.EXPERIMENT,
+    foundations.EXPERIMENT,
+    correntropy_robustness.EXPERIMENT,
 ]
 
 __all__ = [
