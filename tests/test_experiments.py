@@ -82,6 +82,7 @@ def test_registry_lists_the_experiments_in_report_order() -> None:
         "sticky_sculpting",
         "foundations",
         "correntropy_robustness",
+        "open_set",
     ]
     for e in EXPERIMENTS:
         assert e.claim and e.source and callable(e.run)

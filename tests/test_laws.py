@@ -14,11 +14,12 @@ from implicit_em.laws import (
     identity_residual,
     lse_law,
     mixture_nll_law,
+    open_set_law,
     routing_law,
     value_law,
     volume_law,
 )
-from implicit_em.objectives import constrained_cross_entropy, lse, mixture_nll, responsibilities
+from implicit_em.objectives import constrained_cross_entropy, lse, mixture_nll, open_set_lse, responsibilities
 
 TOL = 1e-12
 F64 = torch.float64
@@ -67,6 +68,13 @@ def _constrained_case(perturb: bool) -> tuple[torch.Tensor, torch.Tensor]:
     y = torch.randint(0, 7, (64,), generator=_gen(5))
     grad = _grad(lambda x: constrained_cross_entropy(x, y, label_smoothing=0.1), d)
     return grad, constrained_law(d, (y + 1) % 7 if perturb else y, label_smoothing=0.1)
+
+
+def _open_set_case(perturb: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    d = torch.randn(64, 7, generator=_gen(16), dtype=F64) * 3
+    tau = torch.randn(64, generator=_gen(17), dtype=F64) * 3 - 2  # one τ per row: a per-row ∂L/∂τ
+    grad = _grad(lambda x: open_set_lse(x[:, :-1], x[:, -1]), torch.cat([d, tau[:, None]], 1))  # ∂L/∂(d, τ)
+    return grad, open_set_law(d, tau + 1.0 if perturb else tau)  # perturbed: the wrong null distance
 
 
 def _volume_case(perturb: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,6 +147,7 @@ CASES = {
     "lse": _lse_case,
     "mixture_nll": _mixture_nll_case,
     "constrained": _constrained_case,
+    "open_set": _open_set_case,
     "volume": _volume_case,
     "routing": _routing_case,
     "routing_dropout": _routing_dropout_case,

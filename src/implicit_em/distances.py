@@ -7,6 +7,8 @@ Each module owns its parameters and their parametrisation; the math is a pure fu
 - :class:`GaussianComponents`: K means and whitenings; energies with and without the log-det volume term,
   from the pure functions :func:`whiten` and :func:`gaussian_energies` (the §3.4 parameter conversions are
   :mod:`implicit_em.gaussian`).
+- :class:`NoneOfTheAbove`: appends a "none of the above" component of learnable distance to K distances
+  (§6.3, §7.3), the open-set objective's module.
 """
 
 import math
@@ -21,12 +23,13 @@ from torch import Tensor, nn
 from implicit_em import gaussian
 from implicit_em._checks import check_finite, check_floating, validate_args_enabled
 from implicit_em.gaussian import CovarianceType
-from implicit_em.objectives import mixture_nll
+from implicit_em.objectives import append_null, mixture_nll, open_set_lse, open_set_responsibilities
 
 __all__ = [
     "GaussianComponents",
     "GaussianEnergies",
     "MahalanobisUnit",
+    "NoneOfTheAbove",
     "Prototypes",
     "gaussian_energies",
     "gaussian_mixture_log_likelihood",
@@ -410,3 +413,62 @@ class GaussianComponents(nn.Module):
         return (
             f"n_components={self.n_components}, n_features={self.n_features}, covariance_type={self.covariance_type!r}"
         )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The open set: a "none of the above" component (§6.3, §7.3)
+# --------------------------------------------------------------------------------------------------------------
+
+
+class NoneOfTheAbove(nn.Module):
+    r"""A "none of the above" component of learnable distance :math:`\tau`, appended to K distances (§7.3).
+
+    ``forward(d)`` returns the K + 1 distances :math:`(d_1, \dots, d_K, \tau)`
+    (:func:`~implicit_em.objectives.append_null`), so any objective of :mod:`implicit_em.objectives` applies with
+    the null component as one more class: e.g. ``constrained_cross_entropy(null(d), y)``, where index K means
+    "none of the above". :meth:`lse` and :meth:`responsibilities` give
+
+    .. math::  L_\varnothing = \log\Big(\sum_j \exp(-d_j) + \exp(-\tau)\Big), \qquad
+               r_0 = \frac{\exp(-\tau)}{\sum_j \exp(-d_j) + \exp(-\tau)} = \sigma(-L(d) - \tau)
+
+    with gradients :math:`-r_j` and :math:`-r_0` (:func:`~implicit_em.laws.open_set_law`). The closed-world
+    assumption of §6.3 is the limit :math:`\tau \to +\infty`.
+
+    Args:
+        null_distance: the initial :math:`\tau` (one scalar shared by every input).
+        learnable: make :math:`\tau` a parameter (default) or a fixed buffer.
+    """
+
+    null_distance: Tensor
+
+    def __init__(
+        self,
+        null_distance: float = 0.0,
+        learnable: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if math.isnan(null_distance) or null_distance == -math.inf:
+            raise ValueError(f"null_distance must be a number > -inf, got {null_distance}")
+        tau = torch.tensor(float(null_distance), device=device, dtype=dtype)
+        if learnable:
+            self.null_distance = nn.Parameter(tau)
+        else:
+            self.register_buffer("null_distance", tau)
+        self.learnable = learnable
+
+    def forward(self, d: Float[Tensor, "*batch k"]) -> Float[Tensor, "*batch k+1"]:
+        """The K + 1 distances, the null component last: (..., K) -> (..., K + 1)."""
+        return append_null(d, self.null_distance)
+
+    def lse(self, d: Float[Tensor, "*batch k"]) -> Float[Tensor, "*batch"]:
+        r""":math:`L_\varnothing` for each row, (...,)."""
+        return open_set_lse(d, self.null_distance)
+
+    def responsibilities(self, d: Float[Tensor, "*batch k"]) -> Float[Tensor, "*batch k+1"]:
+        """The K + 1 responsibilities, :math:`r_0` last, (..., K + 1); each row sums to 1."""
+        return open_set_responsibilities(d, self.null_distance)
+
+    def extra_repr(self) -> str:
+        return f"learnable={self.learnable}"

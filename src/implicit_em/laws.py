@@ -11,6 +11,7 @@ law                     predicted gradient                                      
 LSE (Theorem 1)         :math:`\partial L/\partial d_j = -r_j`                      :func:`lse_law`
 minimisation (§4.1)     :math:`\partial L^-/\partial d_j = +r_j`                    :func:`mixture_nll_law`
 constrained (§4.3)      :math:`\partial \ell/\partial d_k = t_k - r_k`              :func:`constrained_law`
+open set (§7.3)         :math:`\partial L_\varnothing/\partial \tilde d_j = -r_j`   :func:`open_set_law`
 volume (§3.4)           :math:`\partial L/\partial W_j = \sum_i r_{ij}(W_j^{-\top}
                         - z_{ij}(x_i-\mu_j)^\top)`                                  :func:`volume_law`
 routing (§4.2)          :math:`\partial\ell/\partial s_{ij} = \alpha_{ij}(b_{ij}
@@ -29,7 +30,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from implicit_em.objectives import Regime, _target_distribution, responsibilities
+from implicit_em.objectives import Regime, _target_distribution, open_set_responsibilities, responsibilities
 
 __all__ = [
     "constrained_law",
@@ -37,6 +38,7 @@ __all__ = [
     "identity_residual",
     "lse_law",
     "mixture_nll_law",
+    "open_set_law",
     "routing_law",
     "value_law",
     "volume_law",
@@ -266,3 +268,31 @@ def hopfield_law(weights: Float[Tensor, "*batch t s"], key: Float[Tensor, "*batc
         the predicted :math:`\tfrac1c \nabla_q E`, (..., T, E).
     """
     return torch.matmul(weights, key)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The open set: the "none of the above" component (§6.3, §7.3)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def open_set_law(d: Float[Tensor, "*batch k"], null_distance: float | Tensor, dim: int = -1) -> Float[Tensor, "..."]:
+    r"""The open-set LSE identity (paper §7.3): Theorem 1 over the K components and the null one.
+
+    .. math::  L_\varnothing = \log\Big(\sum_{j=1}^K \exp(-d_j) + \exp(-\tau)\Big), \qquad
+               \frac{\partial L_\varnothing}{\partial d_j} = -r_j, \qquad
+               \frac{\partial L_\varnothing}{\partial \tau} = -r_0
+
+    with r the K + 1 responsibilities of :func:`implicit_em.objectives.open_set_responsibilities`. The gradient
+    still sums to −1 over the K + 1 components, so the null component competes for every input like any other
+    component; it is the null's share :math:`r_0` that the K real components lose.
+
+    Args:
+        d: distances, K components along ``dim``.
+        null_distance: :math:`\tau`, a float, 0-dim tensor or one per row.
+        dim: the component dimension.
+    Returns:
+        :math:`-r`, ``d``'s shape with K + 1 along ``dim``: entries 0..K−1 are :math:`\partial L_\varnothing /
+        \partial d`, the last is :math:`\partial L_\varnothing / \partial \tau` per row (for a :math:`\tau`
+        shared by all rows, the gradient of the summed objective is the sum of the last entries).
+    """
+    return -open_set_responsibilities(d, null_distance, dim=dim)

@@ -26,11 +26,14 @@ from torch import Tensor
 from implicit_em._checks import check_distances, check_finite, check_floating, validate_args_enabled
 
 __all__ = [
+    "append_null",
     "constrained_cross_entropy",
     "correntropy",
     "independent_sigmoid_bce",
     "lse",
     "mixture_nll",
+    "open_set_lse",
+    "open_set_responsibilities",
     "responsibilities",
     "softmin_bounds",
 ]
@@ -256,3 +259,97 @@ def independent_sigmoid_bce(z: Float[Tensor, "*batch k"], targets: Tensor, dim: 
     check_finite("z", z)
     t = _target_distribution(targets, z, dim, 0.0, name="targets")
     return F.binary_cross_entropy_with_logits(z, t, reduction="none").sum(dim=dim)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The open set: an explicit "none of the above" component (§6.3, §7.3)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def append_null(d: Float[Tensor, "*batch k"], null_distance: float | Tensor, dim: int = -1) -> Float[Tensor, "..."]:
+    r"""The K distances with a "none of the above" component appended last along ``dim`` (paper §7.3).
+
+    .. math::  \tilde d = (d_1, \dots, d_K, d_0), \qquad d_0 = \tau
+
+    The null component's distance :math:`\tau` does not depend on the input: it is a threshold on the soft
+    minimum of the K distances (see :func:`open_set_responsibilities`).
+
+    Args:
+        d: distances, K components along ``dim`` (K = 0 is allowed: then only the null component is left).
+        null_distance: :math:`\tau`, a float, a 0-dim tensor, or a tensor broadcastable to ``d``'s shape without
+            ``dim`` (one threshold per row). ``+inf`` switches the null component off; NaN and ``-inf`` are
+            errors. It is cast to ``d``'s dtype.
+        dim: the component dimension.
+    Returns:
+        :math:`\tilde d`, ``d``'s shape with K + 1 along ``dim``; index K (the last) is the null component.
+    """
+    check_floating("d", d)
+    if d.dim() == 0:
+        raise ValueError("d must have at least one dimension (the K components), got a scalar")
+    if not -d.dim() <= dim < d.dim():
+        raise ValueError(f"dim={dim} is out of range for d of shape {tuple(d.shape)}")
+    dim = dim % d.dim()
+    if isinstance(null_distance, Tensor):
+        check_floating("null_distance", null_distance)
+        tau = null_distance.to(device=d.device, dtype=d.dtype)
+    else:
+        tau = torch.tensor(float(null_distance), device=d.device, dtype=d.dtype)
+    rows = d.shape[:dim] + d.shape[dim + 1 :]
+    try:
+        broadcast = torch.broadcast_shapes(tau.shape, rows)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != rows:
+        raise ValueError(
+            f"null_distance of shape {tuple(tau.shape)} does not broadcast to d's rows {tuple(rows)} "
+            f"(d {tuple(d.shape)} without dim={dim})"
+        )
+    null = tau.expand(rows).unsqueeze(dim)  # (*rows) -> d's shape with 1 along dim
+    out = torch.cat([d, null], dim=dim)
+    check_distances(out, dim)  # NaN, -inf; a row of +inf is fine in d as long as the null is finite
+    return out
+
+
+def open_set_lse(d: Float[Tensor, "*batch k"], null_distance: float | Tensor, dim: int = -1) -> Float[Tensor, "..."]:
+    r"""Log-sum-exp with a "none of the above" component of learnable distance :math:`\tau` (paper §6.3, §7.3).
+
+    .. math::  L_\varnothing(d, \tau) = \log\Big(\sum_{j=1}^{K} \exp(-d_j) + \exp(-\tau)\Big)
+
+    The closed-world LSE (:func:`lse`) forces the K responsibilities to sum to one, so every input is assigned
+    (§6.3); the null component gives the normaliser an option that does not depend on the input, so an input far
+    from every component is assigned to it. Gradients (Theorem 1 over K + 1 components,
+    :func:`implicit_em.laws.open_set_law`): :math:`\partial L_\varnothing/\partial d_j = -r_j` and
+    :math:`\partial L_\varnothing/\partial \tau = -r_0`. Computed as one :func:`torch.logsumexp` over the
+    K + 1 distances (stable for any spread of d and :math:`\tau`).
+
+    Args:
+        d: distances, K components along ``dim``.
+        null_distance: :math:`\tau`, a float, 0-dim tensor or one per row (see :func:`append_null`).
+        dim: the component dimension.
+    Returns:
+        :math:`L_\varnothing` for each row: ``d``'s shape without ``dim``.
+    """
+    return torch.logsumexp(-append_null(d, null_distance, dim), dim=dim)
+
+
+def open_set_responsibilities(
+    d: Float[Tensor, "*batch k"], null_distance: float | Tensor, dim: int = -1
+) -> Float[Tensor, "..."]:
+    r"""Responsibilities over the K components and the "none of the above" one (paper §6.3, §7.3).
+
+    .. math::  r_j = \frac{\exp(-d_j)}{\sum_k \exp(-d_k) + \exp(-\tau)}, \qquad
+               r_0 = \frac{\exp(-\tau)}{\sum_k \exp(-d_k) + \exp(-\tau)}
+                   = \sigma\big(-L(d) - \tau\big)
+
+    with :math:`L(d)` the closed-world :func:`lse`. So :math:`r_0` is a monotone function of the soft minimum
+    :math:`-L(d)` of the K distances: the explicit null component and "a threshold below which no component takes
+    responsibility" (§7.3) are the same rule, with :math:`r_0 > 1/2` exactly when :math:`-L(d) > \tau`.
+
+    Args:
+        d: distances, K components along ``dim``.
+        null_distance: :math:`\tau`, a float, 0-dim tensor or one per row (see :func:`append_null`).
+        dim: the component dimension.
+    Returns:
+        r, ``d``'s shape with K + 1 along ``dim``; the last entry is :math:`r_0`; each row sums to 1.
+    """
+    return torch.softmax(-append_null(d, null_distance, dim), dim=dim)

@@ -14,6 +14,7 @@ from implicit_em.experiments import (
     cross_entropy_regime,
     foundations,
     gd_vs_em_step,
+    open_set,
     same_optimum,
     specialisation,
     sticky_sculpting,
@@ -46,6 +47,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     sticky_sculpting.EXPERIMENT,
     foundations.EXPERIMENT,
     correntropy_robustness.EXPERIMENT,
+    open_set.EXPERIMENT,
 ]
 
 __all__ = [

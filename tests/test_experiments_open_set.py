@@ -1,0 +1,179 @@
+"""The open_set experiment (paper §6.3, §7.3): the AUROC against sklearn and closed forms, the scores in log space,
+the quick run's known answers and controls, and planted inputs the pipeline must not (or must) separate."""
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from implicit_em.experiments import EXPERIMENTS, Context, Result
+from implicit_em.experiments import open_set as exp
+from implicit_em.experiments.open_set import EXPERIMENT, Config, auroc
+
+TINY = dataclasses.replace(Config.quick(), seeds=1, epochs=5)
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
+    run_dir = tmp_path_factory.mktemp("run")
+    threads = torch.get_num_threads()
+    res = EXPERIMENT.run(Config.quick(), Context(run_dir))
+    assert torch.get_num_threads() == threads  # run() works single-threaded and restores the setting
+    return res, run_dir
+
+
+def test_registered_last() -> None:
+    assert EXPERIMENTS[-1] is EXPERIMENT
+
+
+# --- the AUROC and the scores ------------------------------------------------------------------------------------
+
+
+def test_auroc_closed_forms() -> None:
+    assert auroc([0.0, 1.0], [2.0, 3.0]) == 1.0  # perfectly separated
+    assert auroc([2.0, 3.0], [0.0, 1.0]) == 0.0  # reversed
+    assert auroc([1.0, 1.0], [1.0]) == 0.5  # all tied: ½ per pair
+    assert auroc([0.0, 2.0], [1.0]) == 0.5  # one pair won, one lost
+    with pytest.raises(ValueError, match="both sides"):
+        auroc([], [1.0])
+
+
+def test_auroc_equals_sklearn_with_ties() -> None:
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    known, ood = rng.integers(0, 6, 300).astype(float), rng.integers(2, 9, 200).astype(float)  # many ties
+    labels = np.concatenate([np.zeros(300), np.ones(200)])
+    expected = roc_auc_score(labels, np.concatenate([known, ood]))
+    assert auroc(known, ood) == pytest.approx(expected, abs=1e-14)
+
+
+def test_log_not_top_is_log_one_minus_max_r_and_survives_saturation() -> None:
+    logits = torch.randn(50, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
+    expected = torch.log1p(-torch.softmax(logits, -1).amax(-1))
+    torch.testing.assert_close(exp._log_not_top(logits), expected, atol=1e-12, rtol=1e-12)
+    far = torch.tensor([[0.0, -60.0, -80.0], [0.0, -70.0, -90.0]], dtype=torch.float64)  # 1 − max r underflows
+    assert bool((torch.softmax(far, -1).amax(-1) == 1.0).all())  # so 1 − max r would tie the two rows
+    score = exp._log_not_top(far)
+    # exactly: log(e^{-60} + e^{-80}) − log(1 + e^{-60} + e^{-80}) = −60 + log1p(e^{-20}) (to 1e-26)
+    assert score[0] == pytest.approx(-60.0 + math.log1p(math.exp(-20.0)), abs=1e-12)
+    assert score[1] == pytest.approx(-70.0 + math.log1p(math.exp(-20.0)), abs=1e-12)
+
+
+# --- the quick run ------------------------------------------------------------------------------------------------
+
+
+def test_the_null_and_the_soft_minimum_rank_inputs_identically(result: tuple[Result, Path]) -> None:
+    """Known answer: r_0 = σ(−L − τ) is monotone in −L, so on the open model both give the same AUROC."""
+    m = result[0].metrics
+    assert m["auroc_null_minus_softmin_open_max_abs"] <= 1e-12
+    assert m["auroc_null"]["mean"] == pytest.approx(m["auroc_softmin_open"]["mean"], abs=1e-12)
+
+
+def test_the_learned_null_distance_meets_its_target_share(result: tuple[Result, Path]) -> None:
+    """∂ℓ/∂τ = ε − r_0: after training, the null's mean share on the training images is ε (within 0.01)."""
+    m = result[0].metrics
+    assert abs(m["train_null_share"]["mean"] - Config.quick().null_mass) < 0.01
+    assert m["train_null_share"]["max"] - m["train_null_share"]["min"] < 0.02
+
+
+def test_controls_random_score_and_known_digits(result: tuple[Result, Path]) -> None:
+    m = result[0].metrics
+    sd = m["auroc_random_null_sd"]
+    assert 0.01 < sd < 0.03  # n_known ≈ 316, n_ood ≈ 1066
+    assert abs(m["auroc_random"]["min"] - 0.5) <= 4 * sd and abs(m["auroc_random"]["max"] - 0.5) <= 4 * sd
+    assert m["accuracy_closed"]["min"] > 0.95 and m["accuracy_open"]["min"] > 0.95  # both classifiers learn
+    assert m["flagged_known"]["max"] < m["flagged_ood"]["min"]  # the null rejects OOD more often than known
+
+
+def test_confidence_on_far_inputs_goes_to_one_in_both_models(result: tuple[Result, Path]) -> None:
+    """§6.3's "no matter how anomalous … arbitrarily high": noise × 32 gets max r ≈ 1 in the closed model, and
+    the null takes it in the open one (d grows as c², τ is constant)."""
+    m = result[0].metrics
+    assert m["scaled_max_r_median_mean"][-1] > 0.999
+    assert m["scaled_r0_median_mean"][-1] > 0.999
+    assert m["scaled_max_r_median_mean"] == sorted(m["scaled_max_r_median_mean"])  # rises with the scale
+
+
+def test_verdict_follows_the_stated_rule(result: tuple[Result, Path]) -> None:
+    res, _ = result
+    cfg = Config.quick()
+    names = [c.metric for c in res.criteria]
+    assert names == [
+        "confident_share_ood_mean",
+        "auroc_gain_null_mean",
+        "auroc_gain_softmin_mean",
+        "auroc_gain_min_d_mean",
+        "accuracy_gap_abs_mean",
+        "flagged_known_mean",
+    ]
+    thresholds = [c.threshold for c in res.criteria]
+    assert thresholds == [
+        cfg.confident_share_min,
+        *[cfg.auroc_gain_min] * 3,
+        cfg.accuracy_gap_max,
+        cfg.flagged_known_max,
+    ]
+    passed = [c.passed for c in res.criteria]
+    expected = "REFUTED" if not passed[0] else ("SUPPORTED" if all(passed) else "PARTIAL")
+    assert res.verdict == expected
+    gains = res.metrics["auroc_gain_null_per_seed"]
+    assert len(gains) == cfg.seeds and res.metrics["auroc_gain_null_mean"] == pytest.approx(np.mean(gains))
+
+
+def test_figure_written(result: tuple[Result, Path]) -> None:
+    res, run_dir = result
+    assert res.figures == ["figures/open_set.png"]
+    assert (run_dir / "figures" / "open_set.png").stat().st_size > 10_000
+
+
+# --- planted inputs -----------------------------------------------------------------------------------------------
+
+
+def _planted(monkeypatch: pytest.MonkeyPatch, make_ood: Any) -> None:
+    """Replace the three OOD sets by ``make_ood(held-out known images)``."""
+    real = exp._data
+
+    def data(seed: int) -> dict[str, torch.Tensor]:
+        out = real(seed)
+        planted = make_ood(out["x_known"])
+        half = len(planted) // 2
+        out.update(x_unseen=planted, x_uniform=planted[:half], x_marginal=planted[half:])
+        return out
+
+    monkeypatch.setattr(exp, "_data", data)
+
+
+def test_ood_equal_to_the_known_images_is_not_separated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control of the whole pipeline: when the 'OOD' images are the held-out known ones, every score
+    gives AUROC exactly 1/2 and no gain over max r."""
+    _planted(monkeypatch, lambda x: x.clone())
+    m = exp.run(TINY, Context(tmp_path)).metrics
+    for key in ("auroc_msp", "auroc_null", "auroc_softmin", "auroc_min_d"):
+        assert m[key]["mean"] == pytest.approx(0.5, abs=1e-12)
+    assert m["auroc_gain_null_mean"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_far_planted_ood_is_found_by_the_null(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted effect: the known images moved far from the data (× 20) are confidently classified by the closed
+    model, while the null component takes them: AUROC(r_0) ≈ 1 and the gain over max r is large."""
+    _planted(monkeypatch, lambda x: 20.0 * x)
+    m = exp.run(TINY, Context(tmp_path)).metrics
+    assert m["auroc_null"]["mean"] > 0.99
+    assert m["confident_share"]["mean"] > 0.9  # the closed world: far inputs are assigned with confidence
+    assert m["auroc_gain_null_mean"] > 0.3
+    assert m["flagged_ood"]["mean"] > 0.95
+
+
+def test_a_broken_auroc_is_caught_by_the_random_score_control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(exp, "_null_sd", lambda n1, n2: 1e-9)  # no random AUROC is within 4e-9 of 1/2
+    with pytest.raises(RuntimeError, match="random score"):
+        exp.run(TINY, Context(tmp_path))
+
+
+def test_null_sd_closed_form() -> None:
+    assert exp._null_sd(10, 10) == pytest.approx(math.sqrt(21 / 1200))
