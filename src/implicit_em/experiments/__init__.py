@@ -12,6 +12,7 @@ from implicit_em.experiments import (
     bayes_necessity,
     cross_entropy_regime,
     gd_vs_em_step,
+    mixing_weight_escape,
     same_optimum,
     specialisation,
     sticky_sculpting,
@@ -42,6 +43,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     cross_entropy_regime.EXPERIMENT,
     bayes_necessity.EXPERIMENT,
     sticky_sculpting.EXPERIMENT,
+    mixing_weight_escape.EXPERIMENT,
 ]
 
 __all__ = [
