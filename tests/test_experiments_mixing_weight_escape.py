@@ -222,6 +222,9 @@ def test_quick_run_controls_and_structure_hold(result: tuple[Result, Path]) -> N
     assert all(0.3 < a < 1.5 for a in m["angle GD vs EM at the start per w0 (rad, median over seeds)"])
     eq = m["EM-equivalent step for the small logit at the start per w0 (median over seeds)"]
     assert all(5 < eq[i + 1] / eq[i] < 15 for i in range(len(eq) - 1))
+    # the first design's measures read cancellation as a miss: relative to |∇| the same gradient misses by more
+    first = m["first design: gradient miss relative to |∇| (starts and paths)"]
+    assert first > 100 * m["gradient vs autograd of the library's loss: max miss (starts and paths)"]
     assert [c.threshold for c in res.criteria] == [10.0, 1e-10, 2.0, 1.0, 1e-10, 1e-10, 1.0]
     assert len(res.figures) == 1 and (run_dir / res.figures[0]).stat().st_size > 1000
 

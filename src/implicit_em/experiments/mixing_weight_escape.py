@@ -81,7 +81,7 @@ against EM's update (the same identity, measured where it is well conditioned) a
 its terms replaced them; the angles and the old gradient measure are still reported, and so is the verdict the
 first design gives (its gradient control fails at both sizes: ERROR).
 
-Sizes: quick 2 data seeds, N = 1000, cap 8000 (~5 s on one thread); full 5 data seeds, N = 5000, cap 60,000
+Sizes: quick 2 data seeds, N = 1000, cap 8000 (5–7 s on one thread); full 5 data seeds, N = 5000, cap 60,000
 (~100 s on one thread). GD at w₀ = 1e-6 would need ~3e5 iterations per step size and is censored at both sizes.
 """
 
