@@ -80,6 +80,7 @@ def test_registry_lists_the_experiments_in_report_order() -> None:
         "cross_entropy_regime",
         "bayes_necessity",
         "sticky_sculpting",
+        "mixing_weight_escape",
     ]
     for e in EXPERIMENTS:
         assert e.claim and e.source and callable(e.run)

@@ -35,6 +35,7 @@ PUBLIC_MODULES = [
     "implicit_em.experiments.bayes_necessity",
     "implicit_em.experiments.cross_entropy_regime",
     "implicit_em.experiments.gd_vs_em_step",
+    "implicit_em.experiments.mixing_weight_escape",
     "implicit_em.experiments.runner",
     "implicit_em.experiments.same_optimum",
     "implicit_em.experiments.specialisation",
