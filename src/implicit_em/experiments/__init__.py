@@ -14,6 +14,7 @@ from implicit_em.experiments import (
     cross_entropy_regime,
     foundations,
     gd_vs_em_step,
+    mixing_weight_escape,
     open_set,
     same_optimum,
     specialisation,
@@ -48,6 +49,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     foundations.EXPERIMENT,
     correntropy_robustness.EXPERIMENT,
     open_set.EXPERIMENT,
+    mixing_weight_escape.EXPERIMENT,
 ]
 
 __all__ = [
