@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,16 @@ SRC = str(Path(implicit_em.__file__).resolve().parents[1])  # the children impor
 
 
 @pytest.fixture(autouse=True)
-def _python_default_sigint() -> None:
-    """These tests deliver real SIGINTs: they mean something only over Python's default handler."""
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+def _python_default_sigint() -> Iterator[None]:
+    """These tests deliver real SIGINTs: they mean something only over Python's default handler, so each runs
+    over it and the handler found before is put back after (an earlier test in the same session may have left
+    another one installed)."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _blobs(seed: int = 0, n: int = 80) -> np.ndarray:
