@@ -31,3 +31,17 @@ def _restore_validation() -> object:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _python_default_sigint() -> object:
+    """Every test runs over Python's default SIGINT handler, whatever the session started with, and the handler
+    found is put back after. A shell that starts the suite as a background job without job control (``cmd &``,
+    ``nohup``) makes SIGINT ignored, and Python then installs no handler: the interrupt tests (which deliver real
+    SIGINTs, in this process and in children, which inherit an ignored signal) would test nothing there."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before if before is not None else signal.SIG_DFL)
