@@ -253,7 +253,7 @@ CASES: list[Case] = [
          r"precisions_init.*shape"),
     Case("all inits given fit", lambda: _fit(X, means_init=_M, weights_init=[0.5, 0.5], precisions_init=_EYE2),
          check=_finite),
-    Case("means_init reversed view fit", lambda: _fit(X, means_init=_M[::-1], max_iter=0),
+    Case("means_init reversed view fit", lambda: _fit(X, means_init=_M[::-1], max_iter=0),  # finding
          check=lambda gm: np.array_equal(gm.means_, _M[::-1])),
     Case("precisions_init diag fit", lambda: _fit(X, covariance_type="diag", precisions_init=np.ones((2, 3))),
          check=_finite),
@@ -365,7 +365,7 @@ CASES: list[Case] = [
     Case("generator", lambda: _fit(b for b in _batches(X)), ValueError, r"one-shot iterator"),
     Case("string X", lambda: _fit("abc"), ValueError, r"could not convert string"),
     Case("strings in rows", lambda: _fit([["a", "b"], ["c", "d"]] * 5), ValueError, r"could not convert|string"),
-    Case("object batches", lambda: _fit([np.array([["a", "b"]] * 60, dtype=object)] * 2), ValueError,
+    Case("object batches", lambda: _fit([np.array([["a", "b"]] * 60, dtype=object)] * 2), ValueError,  # finding
          r"X must hold real numbers.*object"),
     Case("sample 0", lambda: _fitted().sample(0), ValueError, r"n_samples"),
     # -- inputs that must keep fitting ---------------------------------------------------------------------------
