@@ -260,6 +260,12 @@ CASES = [
     ),
     Case("pickle that would run code", _pickle_that_runs_code, ValueError, _UNREADABLE),
     Case(
+        "torch file that would run code, and no advice to load it unsafely",
+        lambda: _gm(checkpoint=_torch_file("runs-code.ckpt", {"x": _RunsCode()})).fit(X),
+        ValueError,
+        r"(?s)^(?!.*weights_only.{0,5}\b(set to )?.?False).*GaussianMixture checkpoint .*(cannot be read|is refused)",
+    ),
+    Case(
         "torch file that is not a checkpoint",
         lambda: _gm(checkpoint=_torch_file("tensor.ckpt", torch.ones(3))).fit(X),
         ValueError,
@@ -442,4 +448,4 @@ def test_battery(case: Case) -> None:
 
 def test_battery_counts() -> None:
     kinds = [c.kind for c in CASES]
-    assert (len(CASES), kinds.count("error"), kinds.count("fit")) == (55, 30, 25)
+    assert (len(CASES), kinds.count("error"), kinds.count("fit")) == (56, 31, 25)

@@ -15,10 +15,13 @@ layers can use it without importing each other.
 import importlib.metadata
 import json
 import os
+import pickle
 import platform
+import re
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +33,7 @@ __all__ = [
     "DeferSignals",
     "NoteInterrupts",
     "environment",
+    "load_torch_weights_only",
     "package_version",
     "save_torch_atomic",
     "temporary_path",
@@ -82,6 +86,39 @@ def save_torch_atomic(obj: Any, path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- environment
+
+
+def load_torch_weights_only(
+    path: Path, *, what: str, start_over: str, error: type[Exception] = ValueError, map_location: Any = "cpu"
+) -> Any:
+    """Read ``path`` with ``torch.load(weights_only=True)``, which imports and calls nothing from the file.
+
+    A file that would import or call a Python object when unpickled is refused, naming the object (nothing was
+    executed); an empty, truncated or unreadable one is named with its size. Both raise ``error`` with ``what``
+    (e.g. "wind-tunnel checkpoint") and end with ``start_over``; neither repeats torch's advice to load the file
+    with ``weights_only=False``, which would run a crafted file's code.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's notes on pickle protocols: the errors below say enough
+            return torch.load(path, weights_only=True, map_location=map_location)
+    except pickle.UnpicklingError as e:
+        named = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if named:  # the weights-only unpickler stopped before importing or calling anything
+            raise error(
+                f"the {what} {path} is refused: it would import and call {named.group(1)} when unpickled, and a "
+                f"{what} holds only tensors and plain values (a crafted file can run code); nothing was executed. "
+                f"If you did not write it, {start_over}"
+            ) from None
+        detail = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", str(e))
+        kind, message = "UnpicklingError", detail.group(1) if detail else "not a pickle"
+    except Exception as e:  # empty (EOFError), truncated (RuntimeError from the zip reader), unreadable (OSError)
+        kind, message = type(e).__name__, (str(e).strip().splitlines() or ["no data"])[0]
+    size = path.stat().st_size if path.is_file() else 0
+    raise error(
+        f"the {what} {path} cannot be read ({size} bytes; {kind}: {message[:200]}): it is empty, truncated or not "
+        f"a {what}. {start_over}"
+    )
 
 
 def distribution_version(name: str) -> str | None:

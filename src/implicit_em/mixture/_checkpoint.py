@@ -26,7 +26,6 @@ one: a fit resumed during them runs them again from the start, from the same sta
 
 import hashlib
 import os
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from implicit_em._runio import save_torch_atomic
+from implicit_em._runio import load_torch_weights_only, save_torch_atomic
 from implicit_em.mixture._em import FitResult
 from implicit_em.mixture._stats import MixtureParams
 
@@ -187,15 +186,9 @@ class Checkpoint:
         another call."""
         if not self.path.exists():
             return None
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # torch's notes on pickle protocols: the error below says enough
-                payload = torch.load(self.path, map_location=self.device, weights_only=True)
-        except Exception as err:
-            raise ValueError(
-                f"checkpoint {self.path} cannot be read ({type(err).__name__}: {str(err)[:200]}); it is empty, "
-                f"truncated or not a GaussianMixture checkpoint. {_START_OVER}."
-            ) from err
+        payload = load_torch_weights_only(
+            self.path, what="GaussianMixture checkpoint", start_over=f"{_START_OVER}.", map_location=self.device
+        )
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a GaussianMixture checkpoint. {_START_OVER} (or pass another path).")
         if payload.get("version") != VERSION:

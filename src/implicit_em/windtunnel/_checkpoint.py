@@ -19,12 +19,10 @@ run. A file that is empty, truncated, not a checkpoint, or holds anything that w
 refused with a :class:`CheckpointError` that names it and says how to start over: never a silent restart.
 """
 
-import pickle
-import re
 from pathlib import Path
 from typing import Any
 
-import torch
+from implicit_em._runio import load_torch_weights_only
 
 __all__ = ["START_OVER", "CheckpointError", "load_checkpoint"]
 
@@ -48,21 +46,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         CheckpointError: the file cannot be read, holds Python objects other than tensors and plain containers
             (loading them could run code: nothing is executed, the file is refused), or lacks a checkpoint's keys.
     """
-    try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
-    except pickle.UnpicklingError as e:
-        named = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
-        if named:  # the weights-only unpickler stopped before importing or calling anything
-            raise CheckpointError(
-                f"the checkpoint {path} is refused: it would import and call {named.group(1)} when unpickled, "
-                f"and a wind-tunnel checkpoint holds only tensors and plain values (a crafted file can run code); "
-                f"nothing was executed. If you did not write it, {START_OVER}"
-            ) from None
-        detail = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", str(e))  # not torch's advice to unpickle it
-        raise _unreadable(path, "UnpicklingError", detail.group(1) if detail else "not a pickle") from None
-    except Exception as e:  # empty (EOFError), truncated (RuntimeError from the zip reader), unreadable (OSError)
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else "no data"
-        raise _unreadable(path, type(e).__name__, first_line) from None
+    state = load_torch_weights_only(path, what="wind-tunnel checkpoint", start_over=START_OVER, error=CheckpointError)
     if not isinstance(state, dict):
         kind = type(state).__name__
         raise CheckpointError(f"{path} is not a wind-tunnel checkpoint (it holds a {kind}); {START_OVER}")
@@ -70,11 +54,3 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"{path} is not a wind-tunnel checkpoint (missing keys {missing}); {START_OVER}")
     return state
-
-
-def _unreadable(path: Path, kind: str, detail: str) -> CheckpointError:
-    size = path.stat().st_size if path.exists() else 0
-    return CheckpointError(
-        f"cannot read the checkpoint {path} ({size} bytes; {kind}: {detail[:200]}): it is empty, "
-        f"truncated or not a checkpoint; {START_OVER}"
-    )
