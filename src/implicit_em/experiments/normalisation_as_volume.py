@@ -384,7 +384,7 @@ def _figure(cfg: Config, reps: list[dict[str, _Arm]], ctx: Context) -> str:
     a1.axhline(cfg.collapse_log_volume_max, color="grey", ls=":", label="C1 bar")
     a1.set_ylim(bottom=max(a1.get_ylim()[0], -40))
     a1.set(xlabel="step", ylabel="feature log-variance per direction (top D−1)", title="feature volume (held out)")
-    a1.legend(fontsize=7)
+    a1.legend(fontsize=7, loc="upper right", ncol=2)
     a2.axhline(cfg.trivial_effective_max, color="grey", ls=":")
     a2.set(xlabel="step", ylabel="exp I(x; j)", title=f"effective components (K = {cfg.k}; C2 bar dotted)")
     a3.set_xticks(range(len(va.ARMS)), va.ARMS, rotation=40, ha="right", fontsize=8)
