@@ -94,7 +94,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from implicit_em.experiments import _escape as esc
+import implicit_em.experiments._escape as esc
 from implicit_em.experiments._base import (
     Context,
     Criterion,

@@ -85,7 +85,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from implicit_em.experiments import _volume_arms as va
+import implicit_em.experiments._volume_arms as va
 from implicit_em.experiments._base import (
     Context,
     Criterion,
