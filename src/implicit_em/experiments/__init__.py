@@ -18,6 +18,7 @@ from implicit_em.experiments import (
     open_set,
     same_optimum,
     specialisation,
+    sticky_manifold,
     sticky_sculpting,
     theorem1,
     volume_collapse,
@@ -50,6 +51,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     correntropy_robustness.EXPERIMENT,
     open_set.EXPERIMENT,
     mixing_weight_escape.EXPERIMENT,
+    sticky_manifold.EXPERIMENT,
 ]
 
 __all__ = [

@@ -10,8 +10,9 @@ like with like:
   :math:`x \mapsto x W_V W_O`; what of x reaches the logits is its projection on the column space of the (D, C)
   matrix :math:`W_V W_O` (in the column-vector convention of the papers, :math:`W_O^\top W_V^\top`, this is the
   map's row space). The softmax ignores a shift common to all C logits, so the direction :math:`W_V W_O \mathbf 1`
-  is invisible to the loss; worse, the cross-entropy's logit gradient sums to zero over the C logits, so plain
-  gradient descent never moves it from its initial value. The subspace therefore is the column space of
+  is invisible to the loss (and under plain gradient descent :math:`W_O \mathbf 1` never changes: the
+  cross-entropy's logit gradient sums to zero over the C logits): nothing in the loss shapes that direction. The
+  subspace therefore is the column space of
   :math:`W_V W_O (I - \mathbf 1 \mathbf 1^\top / C)`, rank C - 1 = 7, the part of the map the loss can shape;
 - :func:`value_subspace`: the principal subspace of the value vectors, pulled back. The k-th principal coordinate
   of the centred value vectors is :math:`v_t \cdot e_k = x_t \cdot (W_V e_k)`, a linear functional of the input; so
@@ -22,14 +23,27 @@ like with like:
 Everything geometric is float64.
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from implicit_em.experiments._manifold import mean_cos2, random_mean_cos2, value_manifold_signature
 from implicit_em.experiments.sticky_sculpting import single_head_logits
+from implicit_em.probes.attention import attention
 
-__all__ = ["readout_subspace", "symbol_mean_basis", "train_online_adam", "value_subspace"]
+__all__ = [
+    "head_signatures",
+    "planted_controls",
+    "readout_subspace",
+    "shuffle_labels",
+    "subspace_scores",
+    "symbol_mean_basis",
+    "train_online_adam",
+    "value_subspace",
+]
 
 F64 = torch.float64
 
@@ -113,3 +127,70 @@ def _eval_loss(params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
     r, h, t, c = logits.shape
     target = y[None].expand(r, h, t).reshape(-1)
     return F.cross_entropy(logits.reshape(-1, c), target, reduction="none").reshape(r, -1).mean(dim=1)
+
+
+def subspace_scores(
+    params: dict[str, Tensor], basis: Float[Tensor, "d k"], x: Float[Tensor, "n d"]
+) -> dict[str, Tensor]:
+    """Mean cos² of the principal angles to ``basis`` for every run of batched weights (R, ...), each (R,) float64:
+    ``readout`` (:func:`readout_subspace`), ``readout_raw`` (the 8 columns of W_V W_O as they are) and ``value``
+    (:func:`value_subspace` on the inputs ``x``, k = basis rank)."""
+    k = basis.shape[1]
+    out: dict[str, list[float]] = {"readout": [], "readout_raw": [], "value": []}
+    for w_v, w_o in zip(params["W_V"].detach(), params["W_O"].detach(), strict=True):
+        out["readout"].append(mean_cos2(readout_subspace(w_v, w_o), basis))
+        out["readout_raw"].append(mean_cos2(w_v.double() @ w_o.double(), basis))
+        out["value"].append(mean_cos2(value_subspace(w_v, x, k), basis))
+    return {name: torch.tensor(v, dtype=F64) for name, v in out.items()}
+
+
+@torch.no_grad()
+def head_signatures(
+    params: dict[str, Tensor], x: Float[Tensor, "h t d"], entropy: Float[Tensor, " n"]
+) -> dict[str, Tensor]:
+    """:func:`_manifold.value_manifold_signature` of every run's attention output o_t = sum_j alpha_tj v_j (the 15-d
+    read-out W_O reads) at all H T positions of ``x``, against the Bayes ``entropy`` (H T,): each key (R,)."""
+    rows: list[dict[str, float]] = []
+    for r in range(params["W_V"].shape[0]):
+        w = {name: p[r].detach() for name, p in params.items()}
+        o = attention(x @ w["W_Q"], x @ w["W_K"], x @ w["W_V"], is_causal=True)  # (H, T, E)
+        rows.append(value_manifold_signature(o.reshape(-1, o.shape[-1]), entropy))
+    return {key: torch.tensor([row[key] for row in rows], dtype=F64) for key in rows[0]}
+
+
+def planted_controls(
+    basis: Float[Tensor, "d k"], x: Float[Tensor, "n d"], seed: int, n_random: int, e: int = 15
+) -> dict[str, float]:
+    """The measures' controls: heads planted with W_V = B R inside the mean span (score 1) and W_V = B_perp R'
+    orthogonal to it (score 0), on both measures; and ``n_random`` Gaussian heads on the read-out measure, whose
+    subspace is uniformly random (rotation invariance), so their mean must be :func:`random_mean_cos2` = k / D.
+    ``random_heads_z`` is that mean's distance from k / D in standard errors."""
+    g = torch.Generator().manual_seed(seed)
+    d, k = basis.shape
+    full, _ = torch.linalg.qr(torch.cat([basis, torch.randn(d, d - k, generator=g, dtype=F64)], dim=1))
+    perp = full[:, k:]  # (D, D - k): the orthogonal complement of the mean span
+    c = k + 1
+    m: dict[str, float] = {}
+    for name, b in (("in", basis), ("out", perp)):
+        w_v = b @ torch.randn(b.shape[1], e, generator=g, dtype=F64)  # (D, E), columns in span(b)
+        w_o = torch.randn(e, c, generator=g, dtype=F64)
+        m[f"planted_{name}_readout"] = mean_cos2(readout_subspace(w_v, w_o), basis)
+        m[f"planted_{name}_value"] = mean_cos2(value_subspace(w_v, x, k), basis)
+    heads = torch.tensor(
+        [
+            mean_cos2(readout_subspace(torch.randn(d, e, generator=g), torch.randn(e, c, generator=g)), basis)
+            for _ in range(n_random)
+        ],
+        dtype=F64,
+    )
+    sd = float(heads.std())
+    se = sd / math.sqrt(n_random)
+    m.update(random_heads_mean=float(heads.mean()), random_heads_sd=sd, random_heads_se=se)
+    m["random_heads_z"] = abs(float(heads.mean()) - random_mean_cos2(d, k, k)) / se
+    return m
+
+
+def shuffle_labels(y: Int[Tensor, "p t"], seed: int) -> Int[Tensor, "p t"]:
+    """Each sequence's targets permuted over its positions: the same label frequencies, no link to the inputs."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([row[torch.randperm(row.numel(), generator=g)] for row in y])
