@@ -402,8 +402,8 @@ def _figure(
         ax.axhline(m["aligned_threshold"], color="k", alpha=0.4, lw=2, label=f"aligned ({m['aligned_threshold']:.3f})")
         ax.axhline(m[f"planted_in_{measure}"], color="C2", ls="--", lw=1, label="planted head in the mean span")
         ax.set_xticks(range(len(ARMS)), [labels[a] for a in ARMS], fontsize=8)
-        ax.set(ylim=(0, 1.05), ylabel="mean cos² of the 7 principal angles", title=title)
-        ax.legend(fontsize=7, loc="center right")
+        ax.set(ylim=(0, 1.3), ylabel="mean cos² of the 7 principal angles", title=title)
+        ax.legend(fontsize=7, loc="upper center", ncol=2)
     ax = axes[1, 0]
     for arm in ARMS:
         ax.plot(sigs[arm]["pc1"].tolist(), sigs[arm]["spearman_abs"].tolist(), markers[arm], ms=5, label=labels[arm])
