@@ -196,10 +196,10 @@ def test_verdict_rule_on_planted_outcomes() -> None:
     # aligned on average but not reliably better than the init (3 sd): REFUTED by the skeptic's rule
     assert _decide(_planted((0.7, 0.35, 0.2)), cfg)[0] == "REFUTED"
     m = _planted((0.8, 0.45, 0.1))
-    m["readout_improved"] = None  # the rule reads the metrics, not stray keys
-    m["value_trained_mean"] = 0.0
-    m["adam_value_trained_mean"] = 0.5  # one measure aligned, the other not
-    assert _decide(m, cfg)[0] == "PARTIAL"
+    m["adam_value_trained_mean"] = 0.5  # the read-out improved and aligned, the value PCs improved only
+    verdict, summary = _decide(m, cfg)
+    assert verdict == "PARTIAL" and "read-out: improved and aligned" in summary
+    assert "value PCs: improved and not aligned" in summary
 
 
 @pytest.mark.parametrize(
