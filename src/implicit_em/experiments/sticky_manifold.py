@@ -397,7 +397,8 @@ def _figure(
     ):
         for i, arm in enumerate(ARMS):
             values = measured[arm][measure].tolist()
-            ax.plot([i + 0.04 * (j - len(values) / 2) for j in range(len(values))], values, markers[arm], ms=4)
+            spread = 0.6 / max(len(values), 1)  # the runs side by side within +-0.3 of their arm's tick
+            ax.plot([i + spread * (j - len(values) / 2) for j in range(len(values))], values, markers[arm], ms=4)
         ax.axhline(m["chance"], color="0.5", ls=":", label=f"random subspace ({m['chance']:.2f})")
         ax.axhline(m["aligned_threshold"], color="k", alpha=0.4, lw=2, label=f"aligned ({m['aligned_threshold']:.3f})")
         ax.axhline(m[f"planted_in_{measure}"], color="C2", ls="--", lw=1, label="planted head in the mean span")
