@@ -43,6 +43,7 @@ PUBLIC_MODULES = [
     "implicit_em.experiments.runner",
     "implicit_em.experiments.same_optimum",
     "implicit_em.experiments.specialisation",
+    "implicit_em.experiments.sticky_manifold",
     "implicit_em.experiments.sticky_sculpting",
     "implicit_em.experiments.theorem1",
     "implicit_em.experiments.volume_collapse",

@@ -19,6 +19,7 @@ from implicit_em.experiments import (
     open_set,
     same_optimum,
     specialisation,
+    sticky_manifold,
     sticky_sculpting,
     theorem1,
     volume_collapse,
@@ -52,6 +53,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     open_set.EXPERIMENT,
     mixing_weight_escape.EXPERIMENT,
     normalisation_as_volume.EXPERIMENT,
+    sticky_manifold.EXPERIMENT,
 ]
 
 __all__ = [

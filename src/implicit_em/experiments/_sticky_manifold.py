@@ -1,0 +1,196 @@
+r"""The subspaces ``sticky_manifold`` compares, and its online Adam arm, for the head of ``sticky_sculpting``.
+
+The head reads row vectors: :math:`v_t = x_t W_V` with :math:`x_t \in \mathbb{R}^{D}` (D = 20), W_V (D, E) = (20, 15),
+W_O (E, C) = (15, 8). Every subspace is returned as a (D, k) matrix with orthonormal columns in input space
+:math:`\mathbb{R}^{D}`, the space where the symbol means live, so that :func:`_manifold.principal_angles` compares
+like with like:
+
+- :func:`symbol_mean_basis`: the span of the centred means :math:`\mu_s - \bar\mu`, rank C - 1 = 7;
+- :func:`readout_subspace`: the input directions the value-to-logit map reads. For row vectors the map is
+  :math:`x \mapsto x W_V W_O`; what of x reaches the logits is its projection on the column space of the (D, C)
+  matrix :math:`W_V W_O` (in the column-vector convention of the papers, :math:`W_O^\top W_V^\top`, this is the
+  map's row space). The softmax ignores a shift common to all C logits, so the direction :math:`W_V W_O \mathbf 1`
+  is invisible to the loss (and under plain gradient descent :math:`W_O \mathbf 1` never changes: the
+  cross-entropy's logit gradient sums to zero over the C logits): nothing in the loss shapes that direction. The
+  subspace therefore is the column space of
+  :math:`W_V W_O (I - \mathbf 1 \mathbf 1^\top / C)`, rank C - 1 = 7, the part of the map the loss can shape;
+- :func:`value_subspace`: the principal subspace of the value vectors, pulled back. The k-th principal coordinate
+  of the centred value vectors is :math:`v_t \cdot e_k = x_t \cdot (W_V e_k)`, a linear functional of the input; so
+  the top-k principal subspace of the values corresponds exactly to the span of :math:`W_V e_1, \dots, W_V e_k` in
+  input space (the input directions the leading value components read). The value vectors themselves span all of
+  :math:`\mathbb{R}^{E}` (the noise is full rank), so their plain span says nothing; their principal subspace does.
+
+Everything geometric is float64.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from implicit_em.experiments._manifold import mean_cos2, random_mean_cos2, value_manifold_signature
+from implicit_em.experiments.sticky_sculpting import single_head_logits
+from implicit_em.probes.attention import attention
+
+__all__ = [
+    "head_signatures",
+    "planted_controls",
+    "readout_subspace",
+    "shuffle_labels",
+    "subspace_scores",
+    "symbol_mean_basis",
+    "train_online_adam",
+    "value_subspace",
+]
+
+F64 = torch.float64
+
+
+def symbol_mean_basis(means: Float[Tensor, "c d"]) -> Float[Tensor, "d k"]:
+    r"""Orthonormal basis (D, C - 1) of the span of the centred symbol means :math:`\mu_s - \bar\mu`.
+
+    C centred vectors sum to zero, so their span has rank at most C - 1; the basis is the leading C - 1 left
+    singular vectors of :math:`(\mu - \bar\mu)^\top` (D, C).
+    """
+    mu = means.detach().to(F64)
+    centred = (mu - mu.mean(dim=0)).T  # (D, C)
+    u, s, _ = torch.linalg.svd(centred, full_matrices=False)
+    k = mu.shape[0] - 1
+    if float(s[k - 1]) <= 1e-10 * float(s[0]):
+        raise ValueError(f"the centred means span fewer than {k} dimensions")
+    return u[:, :k]
+
+
+def readout_subspace(w_v: Float[Tensor, "d e"], w_o: Float[Tensor, "e c"]) -> Float[Tensor, "d k"]:
+    r"""Orthonormal basis (D, C - 1) of the column space of :math:`W_V W_O (I - \mathbf 1 \mathbf 1^\top / C)`.
+
+    The input directions whose value-to-logit read-out the softmax sees (module docstring).
+    """
+    m = w_v.detach().to(F64) @ w_o.detach().to(F64)  # (D, C)
+    c = m.shape[1]
+    m = m - m.mean(dim=1, keepdim=True)  # m (I - 11ᵀ/C): drop the common logit shift
+    u, s, _ = torch.linalg.svd(m, full_matrices=False)
+    if float(s[c - 2]) <= 1e-10 * max(float(s[0]), 1e-300):
+        raise ValueError(f"the centred read-out has rank below {c - 1}")
+    return u[:, : c - 1]
+
+
+def value_subspace(w_v: Float[Tensor, "d e"], x: Float[Tensor, "n d"], k: int) -> Float[Tensor, "d k"]:
+    r"""Orthonormal basis (D, k) of :math:`\mathrm{span}(W_V e_1, \dots, W_V e_k)`, with :math:`e_1, \dots, e_k`
+    the top-k principal axes (in :math:`\mathbb{R}^{E}`) of the centred value vectors :math:`v_t = x_t W_V`."""
+    w = w_v.detach().to(F64)
+    v = x.detach().to(F64) @ w  # (N, E)
+    _, s, vh = torch.linalg.svd(v - v.mean(dim=0), full_matrices=False)
+    if k > s.numel() or float(s[k - 1]) <= 1e-10 * max(float(s[0]), 1e-300):
+        raise ValueError(f"the value vectors have fewer than {k} principal directions")
+    q, _ = torch.linalg.qr(w @ vh[:k].T)  # (D, k): the functionals x -> x . (W_V e_j)
+    return q
+
+
+def train_online_adam(
+    params: dict[str, Tensor],
+    pool_x: Float[Tensor, "p t d"],
+    pool_y: Int[Tensor, "p t"],
+    order: Int[Tensor, "steps r"],
+    lr: float,
+    x_eval: Float[Tensor, "h t d"],
+    y_eval: Int[Tensor, "h t"],
+    eval_every: int,
+) -> Tensor:
+    """Adam on R independent runs at once, run r reading pool sequence ``order[step, r]`` at each step.
+
+    Adam's update is elementwise, so each run gets exactly the trajectory it would get alone (the objective is the
+    sum over runs of each run's mean cross-entropy). Returns the held-out cross-entropy (nats) of every run at step
+    0 and every ``eval_every`` steps and after the last step, (L, R).
+    """
+    opt = torch.optim.Adam(list(params.values()), lr=lr)
+    curve = [_eval_loss(params, x_eval, y_eval)]
+    steps = order.shape[0]
+    for step in range(steps):
+        logits = single_head_logits(params, pool_x[order[step]])  # (R, T, C)
+        per_run = F.cross_entropy(logits.transpose(1, 2), pool_y[order[step]], reduction="none").mean(dim=1)
+        opt.zero_grad(set_to_none=True)
+        per_run.sum().backward()
+        opt.step()
+        if (step + 1) % eval_every == 0 or step == steps - 1:
+            curve.append(_eval_loss(params, x_eval, y_eval))
+    return torch.stack(curve)
+
+
+@torch.no_grad()
+def _eval_loss(params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
+    """Mean cross-entropy (nats) of every run over the held-out sequences ``x`` (H, T, D), ``y`` (H, T): (R,)."""
+    batched = {k: v[:, None] for k, v in params.items()}  # (R, 1, ...): broadcast over the H sequences
+    logits = single_head_logits(batched, x[None])  # (R, H, T, C)
+    r, h, t, c = logits.shape
+    target = y[None].expand(r, h, t).reshape(-1)
+    return F.cross_entropy(logits.reshape(-1, c), target, reduction="none").reshape(r, -1).mean(dim=1)
+
+
+def subspace_scores(
+    params: dict[str, Tensor], basis: Float[Tensor, "d k"], x: Float[Tensor, "n d"]
+) -> dict[str, Tensor]:
+    """Mean cos² of the principal angles to ``basis`` for every run of batched weights (R, ...), each (R,) float64:
+    ``readout`` (:func:`readout_subspace`), ``readout_raw`` (the 8 columns of W_V W_O as they are) and ``value``
+    (:func:`value_subspace` on the inputs ``x``, k = basis rank)."""
+    k = basis.shape[1]
+    out: dict[str, list[float]] = {"readout": [], "readout_raw": [], "value": []}
+    for w_v, w_o in zip(params["W_V"].detach(), params["W_O"].detach(), strict=True):
+        out["readout"].append(mean_cos2(readout_subspace(w_v, w_o), basis))
+        out["readout_raw"].append(mean_cos2(w_v.double() @ w_o.double(), basis))
+        out["value"].append(mean_cos2(value_subspace(w_v, x, k), basis))
+    return {name: torch.tensor(v, dtype=F64) for name, v in out.items()}
+
+
+@torch.no_grad()
+def head_signatures(
+    params: dict[str, Tensor], x: Float[Tensor, "h t d"], entropy: Float[Tensor, " n"]
+) -> dict[str, Tensor]:
+    """:func:`_manifold.value_manifold_signature` of every run's attention output o_t = sum_j alpha_tj v_j (the 15-d
+    read-out W_O reads) at all H T positions of ``x``, against the Bayes ``entropy`` (H T,): each key (R,)."""
+    rows: list[dict[str, float]] = []
+    for r in range(params["W_V"].shape[0]):
+        w = {name: p[r].detach() for name, p in params.items()}
+        o = attention(x @ w["W_Q"], x @ w["W_K"], x @ w["W_V"], is_causal=True)  # (H, T, E)
+        rows.append(value_manifold_signature(o.reshape(-1, o.shape[-1]), entropy))
+    return {key: torch.tensor([row[key] for row in rows], dtype=F64) for key in rows[0]}
+
+
+def planted_controls(
+    basis: Float[Tensor, "d k"], x: Float[Tensor, "n d"], seed: int, n_random: int, e: int = 15
+) -> dict[str, float]:
+    """The measures' controls: heads planted with W_V = B R inside the mean span (score 1) and W_V = B_perp R'
+    orthogonal to it (score 0), on both measures; and ``n_random`` Gaussian heads on the read-out measure, whose
+    subspace is uniformly random (rotation invariance), so their mean must be :func:`random_mean_cos2` = k / D.
+    ``random_heads_z`` is that mean's distance from k / D in standard errors."""
+    g = torch.Generator().manual_seed(seed)
+    d, k = basis.shape
+    full, _ = torch.linalg.qr(torch.cat([basis, torch.randn(d, d - k, generator=g, dtype=F64)], dim=1))
+    perp = full[:, k:]  # (D, D - k): the orthogonal complement of the mean span
+    c = k + 1
+    m: dict[str, float] = {}
+    for name, b in (("in", basis), ("out", perp)):
+        w_v = b @ torch.randn(b.shape[1], e, generator=g, dtype=F64)  # (D, E), columns in span(b)
+        w_o = torch.randn(e, c, generator=g, dtype=F64)
+        m[f"planted_{name}_readout"] = mean_cos2(readout_subspace(w_v, w_o), basis)
+        m[f"planted_{name}_value"] = mean_cos2(value_subspace(w_v, x, k), basis)
+    heads = torch.tensor(
+        [
+            mean_cos2(readout_subspace(torch.randn(d, e, generator=g), torch.randn(e, c, generator=g)), basis)
+            for _ in range(n_random)
+        ],
+        dtype=F64,
+    )
+    sd = float(heads.std())
+    se = sd / math.sqrt(n_random)
+    m.update(random_heads_mean=float(heads.mean()), random_heads_sd=sd, random_heads_se=se)
+    m["random_heads_z"] = abs(float(heads.mean()) - random_mean_cos2(d, k, k)) / se
+    return m
+
+
+def shuffle_labels(y: Int[Tensor, "p t"], seed: int) -> Int[Tensor, "p t"]:
+    """Each sequence's targets permuted over its positions: the same label frequencies, no link to the inputs."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([row[torch.randperm(row.numel(), generator=g)] for row in y])
