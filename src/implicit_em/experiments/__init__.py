@@ -8,6 +8,7 @@
 from typing import Any
 
 from implicit_em.experiments import (
+    advantage_ablation,
     attention_law,
     bayes_necessity,
     correntropy_robustness,
@@ -50,6 +51,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     correntropy_robustness.EXPERIMENT,
     open_set.EXPERIMENT,
     mixing_weight_escape.EXPERIMENT,
+    advantage_ablation.EXPERIMENT,
 ]
 
 __all__ = [
