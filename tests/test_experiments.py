@@ -86,6 +86,7 @@ def test_registry_lists_the_experiments_in_report_order() -> None:
         "mixing_weight_escape",
         "normalisation_as_volume",
         "sticky_manifold",
+        "advantage_ablation",
     ]
     for e in EXPERIMENTS:
         assert e.claim and e.source and callable(e.run)

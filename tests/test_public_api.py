@@ -31,6 +31,7 @@ PUBLIC_MODULES = [
     "implicit_em.diagnostics.lightning",
     "implicit_em.distances",
     "implicit_em.experiments",
+    "implicit_em.experiments.advantage_ablation",
     "implicit_em.experiments.attention_law",
     "implicit_em.experiments.bayes_necessity",
     "implicit_em.experiments.correntropy_robustness",

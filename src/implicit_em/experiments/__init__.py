@@ -8,6 +8,7 @@
 from typing import Any
 
 from implicit_em.experiments import (
+    advantage_ablation,
     attention_law,
     bayes_necessity,
     correntropy_robustness,
@@ -54,6 +55,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     mixing_weight_escape.EXPERIMENT,
     normalisation_as_volume.EXPERIMENT,
     sticky_manifold.EXPERIMENT,
+    advantage_ablation.EXPERIMENT,
 ]
 
 __all__ = [
