@@ -20,6 +20,7 @@ from implicit_em.experiments import (
     specialisation,
     sticky_sculpting,
     theorem1,
+    two_timescale,
     volume_collapse,
 )
 from implicit_em.experiments._base import (
@@ -50,6 +51,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     correntropy_robustness.EXPERIMENT,
     open_set.EXPERIMENT,
     mixing_weight_escape.EXPERIMENT,
+    two_timescale.EXPERIMENT,
 ]
 
 __all__ = [
