@@ -45,7 +45,7 @@ Verdict rule (thresholds in ``Config``, fixed before the first run):
   initialisation >= ``moved``; an attention that never moves "stabilises" trivially). A τ equal to the last step
   is censored (the quantity never stayed within ``tol`` before the end; its true τ is later): only V censored,
   the seed supports if τ_A <= ``ratio`` x the last step and is undecided otherwise; only A censored, it
-  contradicts; both censored, it is undecided (:func:`ordering`). The setting holds if >= ``frac_seeds`` of its
+  contradicts; both censored, it is undecided (:func:`_ordering`). The setting holds if >= ``frac_seeds`` of its
   seeds support (the issue's "τ_A <= 0.5 τ_V in >= 80% of 5 seeds"), fails if more than 1 − ``frac_seeds``
   contradict (80% is then out of reach), and is undecided otherwise, or if its runs do not pass the plateau test
   in >= ``frac_seeds`` of the seeds;
@@ -306,7 +306,7 @@ def _wind_tunnel(cfg: Config) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- measures
 
 
-def timescales(paths: dict[str, Any], steps: Tensor, tol: float) -> dict[str, Any]:
+def _timescales(paths: dict[str, Any], steps: Tensor, tol: float) -> dict[str, Any]:
     """τ (per seed) and δ curves of every quantity; ``paths[q]`` is (n+1, seeds, ...) or a list of (n+1, 1, ...)."""
     out: dict[str, Any] = {}
     for q in QUANTITIES:
@@ -326,7 +326,7 @@ def _plateau(probe_ce: Tensor, steps: Tensor, frac: float) -> list[float]:
     return (late / total.clamp_min(1e-12)).tolist()
 
 
-def ordering_old(t: dict[str, Any], cfg: Config) -> list[bool]:
+def _ordering_old(t: dict[str, Any], cfg: Config) -> list[bool]:
     """The first rule (superseded, kept in metrics): τ_A <= ratio x τ_V and A moved, censored τ read as numbers."""
     return [
         ta <= cfg.ratio * tv and d0 >= cfg.moved
@@ -334,7 +334,7 @@ def ordering_old(t: dict[str, Any], cfg: Config) -> list[bool]:
     ]
 
 
-def ordering(t: dict[str, Any], last: int, cfg: Config) -> list[str]:
+def _ordering(t: dict[str, Any], last: int, cfg: Config) -> list[str]:
     """Per seed: "supports", "fails" or "undecided", with τ = ``last`` read as censored (true τ > last).
 
     A that did not move fails (nothing stabilised). Neither censored: supports iff τ_A <= ratio τ_V. Only V
@@ -357,7 +357,7 @@ def ordering(t: dict[str, Any], last: int, cfg: Config) -> list[str]:
     return out
 
 
-def speed_ups(probe_ce: Tensor, steps: Tensor, cfg: Config) -> dict[str, Any]:
+def _speed_ups(probe_ce: Tensor, steps: Tensor, cfg: Config) -> dict[str, Any]:
     """Speed-up of every arm over the baseline, per seed, and which runs are censored; ``probe_ce`` (n+1, R)."""
     n_arms = len(ARMS)
     ce = probe_ce.reshape(len(steps), cfg.n_seeds, n_arms)  # (n+1, seeds, arms)
@@ -373,7 +373,7 @@ def speed_ups(probe_ce: Tensor, steps: Tensor, cfg: Config) -> dict[str, Any]:
     return {"speed_up": su, "censored": censored, "reach_step": reach, "target": target}
 
 
-def em_specific(su: Tensor, cfg: Config) -> dict[str, float | str]:
+def _em_specific(su: Tensor, cfg: Config) -> dict[str, float | str]:
     """d = speed-up(W_V x10) - speed-up(best other single group), its mean and standard error over seeds."""
     names = list(ARMS)
     means = {a: float(su[:, names.index(a)].mean()) for a in SINGLE_GROUPS}
@@ -383,7 +383,7 @@ def em_specific(su: Tensor, cfg: Config) -> dict[str, float | str]:
     return {"best_other": best, "d_mean": float(d.mean()), "d_se": se}
 
 
-def planted_control(cfg: Config) -> dict[str, float]:
+def _planted_control(cfg: Config) -> dict[str, float]:
     """τ on planted exponential paths (known τ), and the ordering rule on a fast-A/slow-V pair and its reverse."""
     steps = torch.arange(0, 1001, 10)
     g = torch.Generator().manual_seed(cfg.seed)
@@ -395,7 +395,7 @@ def planted_control(cfg: Config) -> dict[str, float]:
     forward = {"tau_A": [measured[0]], "tau_V": [measured[1]], "delta0_A": [2.0]}
     reverse = {"tau_A": [measured[1]], "tau_V": [measured[0]], "delta0_A": [2.0]}
     still = {"tau_A": [0], "tau_V": [measured[1]], "delta0_A": [0.01]}  # A that never moved
-    outcomes = [ordering(case, 1000, rule)[0] for case in (forward, reverse, still)]
+    outcomes = [_ordering(case, 1000, rule)[0] for case in (forward, reverse, still)]
     wrong = sum(o != e for o, e in zip(outcomes, ("supports", "fails", "fails"), strict=True))
     return {"planted_tau_fast": tau_fast, "planted_tau_slow": tau_slow, "planted_tau_miss": miss,
             "planted_rule_errors": wrong}  # fmt: skip
@@ -408,7 +408,7 @@ def _setting(
     name: str, t: dict[str, Any], last: int, plateau: list[float], cfg: Config
 ) -> tuple[list[Criterion], str, str]:
     """The setting's criteria, its state ("holds", "fails", "undecided") and the first rule's state."""
-    outcomes = ordering(t, last, cfg)
+    outcomes = _ordering(t, last, cfg)
     n = len(outcomes)
     at_plateau = [p <= cfg.plateau_frac for p in plateau]
     c_plateau = criterion(f"{name}: fraction of seeds at a plateau", sum(at_plateau) / n, ">=", cfg.frac_seeds)
@@ -423,7 +423,7 @@ def _setting(
         state = "undecided"
     else:
         state = "holds" if c_order.passed else ("fails" if c_fail.passed else "undecided")
-    old_ok = sum(ordering_old(t, cfg)) / n >= cfg.frac_seeds
+    old_ok = sum(_ordering_old(t, cfg)) / n >= cfg.frac_seeds
     old_state = "undecided" if not c_plateau.passed else ("holds" if old_ok else "fails")
     return [c_plateau, c_order, c_fail], state, old_state
 
@@ -490,7 +490,7 @@ def run(cfg: Config, ctx: Context) -> Result:
 
 def _run(cfg: Config, ctx: Context) -> Result:
     start = time.perf_counter()
-    m: dict[str, Any] = planted_control(cfg)
+    m: dict[str, Any] = _planted_control(cfg)
     planted_ok = m["planted_tau_miss"] == 0 and m["planted_rule_errors"] == 0
     sticky = _sticky(cfg)
     m["sticky_wall_s"] = time.perf_counter() - start
@@ -498,8 +498,8 @@ def _run(cfg: Config, ctx: Context) -> Result:
     m["wall_s_training"] = time.perf_counter() - start
     n_arms = len(ARMS)
     baseline = torch.arange(cfg.n_seeds) * n_arms
-    t = {"sticky": timescales(sticky["paths"], sticky["steps"], cfg.tol),
-         "wind_tunnel": timescales(wt["paths"], wt["steps"], cfg.tol)}  # fmt: skip
+    t = {"sticky": _timescales(sticky["paths"], sticky["steps"], cfg.tol),
+         "wind_tunnel": _timescales(wt["paths"], wt["steps"], cfg.tol)}  # fmt: skip
     plateaus = {
         "sticky": _plateau(sticky["probe_ce"][:, baseline], sticky["loss_steps"], cfg.plateau_frac),
         "wind_tunnel": _plateau(wt["probe_ce"], wt["loss_steps"], cfg.plateau_frac),
@@ -515,7 +515,7 @@ def _run(cfg: Config, ctx: Context) -> Result:
         for key, value in t[name].items():
             if not key.startswith("delta_"):
                 m[f"{name}_{key}"] = value
-        m[f"{name}_outcomes"] = ordering(t[name], last, cfg)
+        m[f"{name}_outcomes"] = _ordering(t[name], last, cfg)
         m[f"{name}_censored"] = {q: [v >= last for v in t[name][f"tau_{q}"]] for q in QUANTITIES}
         m[f"{name}_plateau_late_fall"] = plateaus[name]
         cols = baseline if name == "sticky" else torch.arange(cfg.n_seeds)
@@ -523,8 +523,8 @@ def _run(cfg: Config, ctx: Context) -> Result:
         m[f"{name}_train_minus_bayes_nats"] = runs["train_gap"][-tail:, cols].mean(0).tolist()
         m[f"{name}_heldout_kl_bits"] = runs["probe_kl"][-1, cols].tolist()
         m[f"{name}_state"] = states[name]
-    su = speed_ups(sticky["probe_ce"], sticky["loss_steps"], cfg)
-    em = em_specific(su["speed_up"], cfg)
+    su = _speed_ups(sticky["probe_ce"], sticky["loss_steps"], cfg)
+    em = _em_specific(su["speed_up"], cfg)
     names = list(ARMS)
     m["speed_up_per_seed"] = {a: su["speed_up"][:, i].tolist() for i, a in enumerate(names)}
     m["speed_up_mean"] = {a: float(su["speed_up"][:, i].mean()) for i, a in enumerate(names)}
