@@ -24,8 +24,8 @@ from implicit_em.experiments.two_timescale import (
     EXPERIMENT,
     Config,
     _decide,
-    _head_state,
     _em_specific,
+    _head_state,
     _ordering,
     _speed_ups,
 )
