@@ -17,7 +17,9 @@ snapshot step after which its relative distance to its final value, ‖Z_s − Z
   head, no residual, no MLP, init N(0, 0.1²)) in its setting that needs context (stay 0.8, noise 3, inputs read as
   x / 3), T = ``sticky_length``. "Run to a plateau": Adam (lr ``sticky_lr``, constant) on a fresh batch of
   ``sticky_batch`` sequences every step (online: the training loss is the population loss, so the head cannot
-  memorise a sequence, which the paper's single sequence lets it do: sticky_sculpting's docstring);
+  memorise a sequence, which the paper's single sequence lets it do: sticky_sculpting's docstring; in a pilot that
+  looked at losses only, Adam on a fixed pool of 64 sequences of T = 48 brought the training loss to the Bayes
+  predictive's, 1.36 nats, while the held-out loss rose to 2.2 nats, above log 8);
 - wind tunnel: bijection elimination without replacement (V = ``wt_symbols``), a
   :class:`~implicit_em.windtunnel.models.CausalTransformer` (``wt_layers`` layers, ``wt_heads`` heads), Adam at
   ``wt_lr`` with a linear warm-up and then a constant rate (no decay: annealing to zero would make every quantity
