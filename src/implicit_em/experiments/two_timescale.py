@@ -239,7 +239,7 @@ def _sticky(cfg: Config) -> dict[str, Any]:
         "no_context_kl": float(kl_bits(post_p, no_context).mean()),
         "loss_steps": torch.tensor(loss_steps),
         "steps": torch.tensor(steps),
-        "paths": {q: torch.stack(v) for q, v in snaps.items()},  # (n+1, seeds, ...)
+        "delta": {q: relative_distances(torch.stack(v)) for q, v in snaps.items()},  # (n+1, seeds)
         "probe_ce": torch.stack(probe_ce),  # (n+1, R)
         "probe_kl": torch.stack(probe_kl),
         "train_gap": torch.stack(train_gap),  # (steps, R)
@@ -289,7 +289,7 @@ def _wind_tunnel_seed(cfg: Config, seed: int) -> dict[str, Any]:
     return {
         "steps": torch.tensor(steps),
         "loss_steps": torch.tensor(steps),
-        "paths": {q: torch.stack(v)[:, None] for q, v in snaps.items()},  # (n+1, 1, ...)
+        "delta": {q: relative_distances(torch.stack(v)[:, None]) for q, v in snaps.items()},  # (n+1, 1)
         "probe_ce": torch.tensor(probe_ce)[:, None],
         "probe_kl": torch.tensor(probe_kl)[:, None],
         "train_gap": torch.tensor(train_gap)[:, None],
@@ -299,7 +299,7 @@ def _wind_tunnel_seed(cfg: Config, seed: int) -> dict[str, Any]:
 def _wind_tunnel(cfg: Config) -> dict[str, Any]:
     runs = [_wind_tunnel_seed(cfg, 1_000 * cfg.seed + i) for i in range(cfg.n_seeds)]
     out: dict[str, Any] = {"steps": runs[0]["steps"], "loss_steps": runs[0]["loss_steps"]}
-    out["paths"] = {q: [r["paths"][q] for r in runs] for q in QUANTITIES}  # lists: one (n+1, 1, ...) per seed
+    out["delta"] = {q: torch.cat([r["delta"][q] for r in runs], dim=1) for q in QUANTITIES}  # (n+1, seeds)
     for key in ("probe_ce", "probe_kl", "train_gap"):
         out[key] = torch.cat([r[key] for r in runs], dim=1)
     return out
@@ -308,12 +308,11 @@ def _wind_tunnel(cfg: Config) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- measures
 
 
-def _timescales(paths: dict[str, Any], steps: Tensor, tol: float) -> dict[str, Any]:
-    """τ (per seed) and δ curves of every quantity; ``paths[q]`` is (n+1, seeds, ...) or a list of (n+1, 1, ...)."""
+def _timescales(deltas: dict[str, Tensor], steps: Tensor, tol: float) -> dict[str, Any]:
+    """τ (per seed) and δ curves of every quantity from its relative distances ``deltas[q]``, (n+1, seeds)."""
     out: dict[str, Any] = {}
     for q in QUANTITIES:
-        parts = paths[q] if isinstance(paths[q], list) else [paths[q]]
-        delta = torch.cat([relative_distances(p) for p in parts], dim=1)  # (n+1, seeds)
+        delta = deltas[q]
         out[f"tau_{q}"] = stabilisation_times(delta, steps, tol).tolist()
         out[f"delta0_{q}"] = delta[0].tolist()
         out[f"delta_{q}"] = delta
@@ -500,8 +499,8 @@ def _run(cfg: Config, ctx: Context) -> Result:
     m["wall_s_training"] = time.perf_counter() - start
     n_arms = len(ARMS)
     baseline = torch.arange(cfg.n_seeds) * n_arms
-    t = {"sticky": _timescales(sticky["paths"], sticky["steps"], cfg.tol),
-         "wind_tunnel": _timescales(wt["paths"], wt["steps"], cfg.tol)}  # fmt: skip
+    t = {"sticky": _timescales(sticky["delta"], sticky["steps"], cfg.tol),
+         "wind_tunnel": _timescales(wt["delta"], wt["steps"], cfg.tol)}  # fmt: skip
     plateaus = {
         "sticky": _plateau(sticky["probe_ce"][:, baseline], sticky["loss_steps"], cfg.plateau_frac),
         "wind_tunnel": _plateau(wt["probe_ce"], wt["loss_steps"], cfg.plateau_frac),
