@@ -206,8 +206,8 @@ def _sticky(cfg: Config) -> dict[str, Any]:
     @torch.no_grad()
     def probe_loss(step: int) -> None:
         ce, kl = _probe_loss(single_head_logits({k: v[:, None] for k, v in params.items()}, xp[None]), post_p)
-        probe_ce.append(ce)
-        probe_kl.append(kl)
+        probe_ce.append(ce.tolist())  # lists, not small tensors: these pinned the heap (2.5 GB at full size)
+        probe_kl.append(kl.tolist())
         loss_steps.append(step)
 
     @torch.no_grad()
@@ -230,7 +230,7 @@ def _sticky(cfg: Config) -> dict[str, Any]:
         grads = torch.autograd.grad(per_run.sum(), list(params.values()))
         opt.step(dict(zip(params, grads, strict=True)))
         bayes = -post.gather(-1, y[..., None]).log().mean()
-        train_gap.append(per_run.detach().double() - bayes)
+        train_gap.append((per_run.detach().double() - bayes).tolist())
     snapshot(cfg.sticky_steps)
     probe_loss(cfg.sticky_steps)
     log_lik = -0.5 * ((xp.double()[:, :, None] * cfg.noise - task.means) ** 2).sum(-1) / cfg.noise**2  # (P, T, C)
@@ -240,9 +240,9 @@ def _sticky(cfg: Config) -> dict[str, Any]:
         "loss_steps": torch.tensor(loss_steps),
         "steps": torch.tensor(steps),
         "delta": {q: relative_distances(torch.stack(v)) for q, v in snaps.items()},  # (n+1, seeds)
-        "probe_ce": torch.stack(probe_ce),  # (n+1, R)
-        "probe_kl": torch.stack(probe_kl),
-        "train_gap": torch.stack(train_gap),  # (steps, R)
+        "probe_ce": torch.tensor(probe_ce, dtype=torch.float64),  # (n+1, R)
+        "probe_kl": torch.tensor(probe_kl, dtype=torch.float64),
+        "train_gap": torch.tensor(train_gap, dtype=torch.float64),  # (steps, R)
     }
 
 
