@@ -87,6 +87,7 @@ def test_registry_lists_the_experiments_in_report_order() -> None:
         "normalisation_as_volume",
         "sticky_manifold",
         "advantage_ablation",
+        "two_timescale",
     ]
     for e in EXPERIMENTS:
         assert e.claim and e.source and callable(e.run)

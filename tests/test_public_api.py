@@ -47,6 +47,7 @@ PUBLIC_MODULES = [
     "implicit_em.experiments.sticky_manifold",
     "implicit_em.experiments.sticky_sculpting",
     "implicit_em.experiments.theorem1",
+    "implicit_em.experiments.two_timescale",
     "implicit_em.experiments.volume_collapse",
     "implicit_em.gaussian",
     "implicit_em.laws",

@@ -23,6 +23,7 @@ from implicit_em.experiments import (
     sticky_manifold,
     sticky_sculpting,
     theorem1,
+    two_timescale,
     volume_collapse,
 )
 from implicit_em.experiments._base import (
@@ -56,6 +57,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     normalisation_as_volume.EXPERIMENT,
     sticky_manifold.EXPERIMENT,
     advantage_ablation.EXPERIMENT,
+    two_timescale.EXPERIMENT,
 ]
 
 __all__ = [
