@@ -84,6 +84,7 @@ def test_registry_lists_the_experiments_in_report_order() -> None:
         "correntropy_robustness",
         "open_set",
         "mixing_weight_escape",
+        "normalisation_necessity",
     ]
     for e in EXPERIMENTS:
         assert e.claim and e.source and callable(e.run)

@@ -15,6 +15,7 @@ from implicit_em.experiments import (
     foundations,
     gd_vs_em_step,
     mixing_weight_escape,
+    normalisation_necessity,
     open_set,
     same_optimum,
     specialisation,
@@ -50,6 +51,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     correntropy_robustness.EXPERIMENT,
     open_set.EXPERIMENT,
     mixing_weight_escape.EXPERIMENT,
+    normalisation_necessity.EXPERIMENT,
 ]
 
 __all__ = [
