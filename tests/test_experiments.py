@@ -88,6 +88,7 @@ def test_registry_lists_the_experiments_in_report_order() -> None:
         "sticky_manifold",
         "advantage_ablation",
         "two_timescale",
+        "normalisation_necessity",
     ]
     for e in EXPERIMENTS:
         assert e.claim and e.source and callable(e.run)

@@ -40,6 +40,7 @@ PUBLIC_MODULES = [
     "implicit_em.experiments.gd_vs_em_step",
     "implicit_em.experiments.mixing_weight_escape",
     "implicit_em.experiments.normalisation_as_volume",
+    "implicit_em.experiments.normalisation_necessity",
     "implicit_em.experiments.open_set",
     "implicit_em.experiments.runner",
     "implicit_em.experiments.same_optimum",

@@ -17,6 +17,7 @@ from implicit_em.experiments import (
     gd_vs_em_step,
     mixing_weight_escape,
     normalisation_as_volume,
+    normalisation_necessity,
     open_set,
     same_optimum,
     specialisation,
@@ -58,6 +59,7 @@ EXPERIMENTS: list[Experiment[Any]] = [
     sticky_manifold.EXPERIMENT,
     advantage_ablation.EXPERIMENT,
     two_timescale.EXPERIMENT,
+    normalisation_necessity.EXPERIMENT,
 ]
 
 __all__ = [
