@@ -22,3 +22,25 @@ def test_demo_prints_every_regime(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for check in law_checks():
         assert check.regime in out and check.law in out
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from implicit_em import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"implicit-em {__version__}"
+
+
+def test_a_reader_that_closes_the_pipe_gets_no_traceback() -> None:
+    """`implicit-em demo | head`: a reader that exits before the demo writes (`head -n 0` exits at once, and the
+    demo's first write comes after importing torch), so every write meets a closed pipe."""
+    import subprocess
+    import sys
+
+    demo = "import sys; from implicit_em.cli import main; sys.exit(main(['demo']))"
+    cmd = f'"{sys.executable}" -c "{demo}" | head -n 0'
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 141  # pipefail: the demo's own status, 128 + SIGPIPE

@@ -11,6 +11,7 @@ before it (the same command resumes).
 """
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -259,8 +260,24 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``implicit-em`` console script."""
+    """Entry point of the ``implicit-em`` console script.
+
+    A reader that closes the pipe early (``implicit-em demo | head``) ends the command quietly with status 141
+    (128 + SIGPIPE, what a shell reports for a process SIGPIPE stopped), not a traceback; stdout is pointed at
+    os.devnull first so that the interpreter's final flush cannot raise again (Python's documented recipe)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from implicit_em import __version__
+
     parser = _Parser(prog="implicit-em", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="measure the gradient law of every regime and print the residuals")
     audit = sub.add_parser(
