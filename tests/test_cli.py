@@ -44,3 +44,61 @@ def test_a_reader_that_closes_the_pipe_gets_no_traceback() -> None:
     done = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=300)
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
     assert done.returncode == 141  # pipefail: the demo's own status, 128 + SIGPIPE
+
+
+def test_the_wind_tunnel_is_a_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    assert main(["windtunnel", "oracle", "--n-symbols", "20"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["no_context_entropy_mae_bits"]["replacement=False"] == pytest.approx(1.107, abs=5e-4)
+    assert main(["windtunnel", "train", "--preset", "tiny", "--n-symbols", "1", "--out", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("implicit-em windtunnel train: error:") and "n_symbols" in err and "Traceback" not in err
+
+
+def test_wind_tunnel_help_shows_every_preset_value(capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+    import re
+
+    from implicit_em.windtunnel.config import WindTunnelConfig
+
+    with pytest.raises(SystemExit):
+        main(["windtunnel", "train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(before the preset)" not in text
+    presets = {name: getattr(WindTunnelConfig, name)() for name in ("full", "quick", "tiny")}
+    for f in dataclasses.fields(WindTunnelConfig):
+        values = {name: getattr(cfg, f.name) for name, cfg in presets.items()}
+        if len({repr(v) for v in values.values()}) > 1:  # the help names each preset's own value
+            shown = ", ".join(f"{name} {value!r}" for name, value in values.items())
+            assert shown in text, (f.name, shown)
+    assert re.search(r"presets: full \d+, quick \d+, tiny \d+", text)  # at least one field differs between presets
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [([], None), (["--replacement"], True), (["--no-replacement"], False), (["--replacement", "false"], False)],
+)
+def test_replacement_is_a_flag(args: list[str], expected: bool | None) -> None:
+    from implicit_em.windtunnel.__main__ import build_parser
+
+    parsed = build_parser().parse_args(["train", "--out", "x", *args])
+    assert parsed.replacement is expected  # None: the preset decides
+
+
+def test_training_logs_go_through_tqdm(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    """While a run trains, the log handlers write with tqdm.write, so a log line never breaks the bar."""
+    import logging
+
+    import implicit_em.windtunnel.__main__ as wt
+
+    seen: list[list[str]] = []
+
+    def fake_train(*args: object, **kwargs: object) -> object:
+        seen.append([type(h).__name__ for h in logging.getLogger().handlers])
+        raise wt.NonFiniteLossError("stop here", step=0, loss=float("nan"))
+
+    monkeypatch.setattr(wt, "train", fake_train)
+    assert main(["windtunnel", "train", "--preset", "tiny", "--out", str(tmp_path)]) == 1
+    assert seen and "_TqdmLoggingHandler" in seen[0]

@@ -276,9 +276,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     from implicit_em import __version__
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["windtunnel"]:  # its own parser, so that `implicit-em windtunnel train --help` shows its options
+        from implicit_em.windtunnel.__main__ import main as windtunnel
+
+        try:
+            return windtunnel(argv[1:], prog="implicit-em windtunnel")
+        except KeyboardInterrupt:  # train saved a checkpoint at a step boundary and logged how to resume
+            return 130
     parser = _Parser(prog="implicit-em", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("windtunnel", help="train and read the Bayesian wind tunnels (implicit-em windtunnel --help)")
     sub.add_parser("demo", help="measure the gradient law of every regime and print the residuals")
     audit = sub.add_parser(
         "audit",

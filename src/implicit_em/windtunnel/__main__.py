@@ -1,4 +1,4 @@
-"""Command line: ``python -m implicit_em.windtunnel {train,oracle} ...``.
+"""Command line: ``implicit-em windtunnel {train,oracle,summarize} ...`` (or ``python -m implicit_em.windtunnel``).
 
 Examples::
 
@@ -9,9 +9,11 @@ Examples::
     python -m implicit_em.windtunnel summarize runs/bij20 runs/hmm --out benchmarks/results/windtunnel_quick.json
 
 Every field of :class:`~implicit_em.windtunnel.config.WindTunnelConfig` is an option (``--field-name VALUE``);
-those given override the preset. Running ``train`` again with the same options and ``--out`` resumes (also after
-a kill or Ctrl-C: the run stops at a step boundary, saves, and exits 130). A bad setting prints one line naming it
-and exits 2, as does an unreadable checkpoint; a run whose loss stops being finite prints the step and exits 1.
+those given override the preset, and ``--help`` shows each preset's value; a true/false field is a flag
+(``--replacement`` / ``--no-replacement``; ``--replacement false`` also works). Running ``train`` again with the
+same options and ``--out`` resumes (also after a kill or Ctrl-C: the run stops at a step boundary, saves, and exits
+130). A bad setting prints one line naming it and exits 2, as does an unreadable checkpoint; a run whose loss stops
+being finite prints the step and exits 1.
 """
 
 import argparse
@@ -23,6 +25,8 @@ import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from implicit_em.windtunnel.config import LOSSES, MODELS, TASKS, WindTunnelConfig
 from implicit_em.windtunnel.tasks import BijectionTask
@@ -77,8 +81,19 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m implicit_em.windtunnel", description=__doc__.split("\n")[0])
+_PROG = "python -m implicit_em.windtunnel"
+
+
+def _preset_values(name: str) -> str:
+    """``quick 20, full 64, tiny 8``, or ``20 in every preset``: what each preset sets the field to."""
+    values = {preset: getattr(make(), name) for preset, make in sorted(_PRESETS.items())}
+    if len(set(map(repr, values.values()))) == 1:
+        return f"{next(iter(values.values()))!r} in every preset"
+    return ", ".join(f"{preset} {value!r}" for preset, value in values.items())
+
+
+def build_parser(prog: str = _PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     tr = sub.add_parser("train", help="train a model on a wind tunnel and write a run directory")
     tr.add_argument("--preset", choices=sorted(_PRESETS), default="quick")
@@ -87,13 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
     hints = typing.get_type_hints(WindTunnelConfig)
     choices = {"task": TASKS, "model": MODELS, "loss": LOSSES}
     for f in dataclasses.fields(WindTunnelConfig):
+        option = "--" + f.name.replace("_", "-")
+        presets = _preset_values(f.name)
+        if hints[f.name] is bool:  # a flag; an explicit true/false value is accepted too
+            tr.add_argument(option, dest=f.name, nargs="?", const=True, type=_parse_bool, default=None,
+                            help=f"set it (or give true/false); presets: {presets}")  # fmt: skip
+            tr.add_argument("--no-" + option[2:], dest=f.name, action="store_const", const=False, help="unset it")
+            continue
         tr.add_argument(
-            "--" + f.name.replace("_", "-"),
+            option,
             dest=f.name,
             type=_field_parser(hints[f.name]),
             choices=choices.get(f.name),
             default=None,
-            help=f"default {f.default!r} (before the preset)",
+            help=f"presets: {presets}",
         )
     summ = sub.add_parser("summarize", help="collect the final numbers of run directories into one JSON file")
     summ.add_argument("run_dirs", nargs="+")
@@ -103,31 +125,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(command: str, message: str, code: int) -> int:
+def _error(command: str, message: str, code: int, prog: str = _PROG) -> int:
     """One line on stderr, no traceback, and the exit code (2: a bad argument or run directory; 1: a failed run)."""
-    print(f"python -m implicit_em.windtunnel {command}: error: {message}", file=sys.stderr)
+    print(f"{prog} {command}: error: {message}", file=sys.stderr)
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = _PROG) -> int:
     """Run a command; exit code 0 on success, 2 for a bad argument or run directory, 1 when training diverges.
 
     An interrupt (Ctrl-C, SIGTERM) is not caught here: ``train`` saves at a step boundary and re-raises
     KeyboardInterrupt, which reaches the caller (the ``__main__`` guard turns it into exit status 130).
     """
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     if args.command == "oracle":
         try:
             tasks = {r: BijectionTask(args.n_symbols, replacement=r) for r in (False, True)}
         except ValueError as e:
-            return _error("oracle", str(e), 2)
+            return _error("oracle", str(e), 2, prog)
         out = {f"replacement={r}": task.no_context_mae() for r, task in tasks.items()}
         print(json.dumps({"n_symbols": args.n_symbols, "no_context_entropy_mae_bits": out}, indent=2))
         return 0
     if args.command == "summarize":
         missing = [d for d in args.run_dirs if not (Path(d) / "metrics.json").is_file()]
         if missing:
-            return _error("summarize", f"no metrics.json in {missing} (not finished run directories?)", 2)
+            return _error("summarize", f"no metrics.json in {missing} (not finished run directories?)", 2, prog)
         runs = {Path(d).name: summarize_run(Path(d)) for d in args.run_dirs}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(runs, indent=2) + "\n")
@@ -140,14 +162,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = _PRESETS[args.preset](**overrides)
         _check_run_inputs(config, args.out, None)
     except (TypeError, ValueError) as e:  # the config's checks name the setting; the option is --setting-name
-        return _error("train", str(e), 2)
+        return _error("train", str(e), 2, prog)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        result = train(config, args.out, progress=not args.no_progress)
+        with logging_redirect_tqdm():  # log lines through tqdm.write, above the progress bar instead of through it
+            result = train(config, args.out, progress=not args.no_progress)
     except CheckpointError as e:
-        return _error("train", str(e), 2)
+        return _error("train", str(e), 2, prog)
     except NonFiniteLossError as e:
-        return _error("train", str(e), 1)
+        return _error("train", str(e), 1, prog)
     summary = {name: {k: v for k, v in m.to_dict().items() if k != "curves"} for name, m in result.metrics.items()}
     report = {"run_dir": str(args.out), "steps": result.steps_done, "n_params": result.n_params, "final": summary}
     report.update({k: result.extra[k] for k in ("oracle", "wall_s", "cpu_s")})
