@@ -102,3 +102,27 @@ def test_training_logs_go_through_tqdm(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setattr(wt, "train", fake_train)
     assert main(["windtunnel", "train", "--preset", "tiny", "--out", str(tmp_path)]) == 1
     assert seen and "_TqdmLoggingHandler" in seen[0]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["demo"],
+        ["audit"],
+        ["report"],
+        ["windtunnel"],
+        ["windtunnel", "train"],
+        ["windtunnel", "oracle"],
+        ["windtunnel", "summarize"],
+    ],
+    ids=lambda c: " ".join(c) or "implicit-em",
+)
+def test_help_text_has_no_rst_markup(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage:" in out  # the help was printed, so the checks below read it
+    for markup in ("``", ":class:", ":func:", ":math:", ":meth:"):
+        assert markup not in out, (markup, out)

@@ -284,7 +284,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return windtunnel(argv[1:], prog="implicit-em windtunnel")
         except KeyboardInterrupt:  # train saved a checkpoint at a step boundary and logged how to resume
             return 130
-    parser = _Parser(prog="implicit-em", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(prog="implicit-em", description="The implicit-em command: a thin layer over the library.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("windtunnel", help="train and read the Bayesian wind tunnels (implicit-em windtunnel --help)")

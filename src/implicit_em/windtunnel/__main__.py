@@ -93,7 +93,7 @@ def _preset_values(name: str) -> str:
 
 
 def build_parser(prog: str = _PROG) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description="Train and read the Bayesian wind tunnels.")
     sub = parser.add_subparsers(dest="command", required=True)
     tr = sub.add_parser("train", help="train a model on a wind tunnel and write a run directory")
     tr.add_argument("--preset", choices=sorted(_PRESETS), default="quick")
