@@ -513,3 +513,57 @@ def test_a_symlinked_report_or_tmp_is_replaced_not_followed(fake: ModuleType, tm
     run_audit(out, progress=False)
     assert outside.read_text() == "keep me"
     assert not (out / "report.html").is_symlink() and "Claims audit" in (out / "report.html").read_text()
+
+
+# --- progress --------------------------------------------------------------------------------------------------
+
+
+class _Terminal:
+    """A text stream that says it is a terminal, as stderr does in an interactive shell."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def test_a_terminal_gets_a_progress_bar_over_the_experiments_with_elapsed_time(
+    fake: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from implicit_em.experiments import runner
+
+    term = _Terminal()
+    monkeypatch.setattr(runner.sys, "stderr", term)
+    run_audit(tmp_path / "run", progress=True)
+    text = term.text
+    assert "\r" in text  # redrawn in place: a bar, not lines
+    assert re.search(r"1/1 \[\d+:\d\d<", text), text  # count and elapsed time, as tqdm draws them
+    assert "[1/1] fake ... (not run yet)" in text  # the log lines are written above the bar
+    assert "SUPPORTED in" in text
+
+
+def test_a_log_gets_lines_with_the_elapsed_time_and_no_bar(
+    fake: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_audit(tmp_path / "run", progress=True)  # capsys's stderr is not a terminal
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert re.search(r"^\[0:\d\d\] \[1/1\] fake \.\.\. \(not run yet\)$", err, re.M), err
+    assert re.search(r"^\[0:\d\d\] audit finished$", err, re.M), err
+
+
+def test_no_progress_prints_nothing(fake: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_audit(tmp_path / "run", progress=False)
+    assert capsys.readouterr().err == ""

@@ -27,7 +27,9 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+from tqdm import tqdm
 
 from implicit_em._runio import NoteInterrupts, temporary_path
 from implicit_em._runio import environment as _environment
@@ -201,6 +203,54 @@ def _error(err: Exception) -> Result:
     return Result("ERROR", f"{type(err).__name__}: {err}", {}, details=traceback.format_exc())
 
 
+def _clock(seconds: float) -> str:
+    """``m:ss`` (or ``h:mm:ss``) of a duration, as tqdm shows elapsed time."""
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{sec:02d}" if hours else f"{minutes}:{sec:02d}"
+
+
+class _Progress:
+    """What the audit tells its user while it runs, on ``file`` (stderr).
+
+    On a terminal: a tqdm bar over the experiments (count, the one running, elapsed time and tqdm's estimate of
+    the rest), with the log lines written above it. Elsewhere (a log file, CI): the same log lines, each
+    prefixed with the elapsed time of the whole run, since a bar redrawn with carriage returns garbles a log.
+    Disabled: nothing at all.
+    """
+
+    def __init__(self, total: int, enabled: bool, file: TextIO | None = None) -> None:
+        self.file = sys.stderr if file is None else file
+        self.enabled = enabled
+        self.t0 = time.perf_counter()
+        tty = enabled and bool(getattr(self.file, "isatty", lambda: False)())
+        self.bar = tqdm(total=total, unit="exp", file=self.file, dynamic_ncols=True, leave=True) if tty else None
+
+    def start(self, name: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description_str(name)
+
+    def write(self, line: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.write(line, file=self.file)
+        else:
+            print(f"[{_clock(time.perf_counter() - self.t0)}] {line}", file=self.file, flush=True)
+
+    def advance(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.set_description_str("done")
+            self.bar.close()
+            self.bar = None
+        elif self.enabled:
+            print(f"[{_clock(time.perf_counter() - self.t0)}] audit finished", file=self.file, flush=True)
+
+
 def _run(
     out: Path,
     path: Path,
@@ -218,19 +268,20 @@ def _run(
     versions = {k: state["environment"].get(k) for k in _VERSION_KEYS}
     ctx = Context(out)
     current = ""
+    shown = _Progress(len(chosen), progress)
     with NoteInterrupts() as signals:
         try:
             for i, exp in enumerate(chosen, 1):
                 current = exp.name
-                record = _run_one(exp, f"[{i}/{len(chosen)}]", state, ctx, quick, seed, force, versions, progress)
+                shown.start(exp.name)
+                record = _run_one(exp, f"[{i}/{len(chosen)}]", state, ctx, quick, seed, force, versions, shown)
                 if signals.received is not None:  # it swallowed the KeyboardInterrupt or turned it into an error
                     raise KeyboardInterrupt(signals.name)
                 if record is not None:
                     state["experiments"][exp.name] = record
                     _write_atomic(path, json.dumps(state, indent=1))
-                    if progress:
-                        line = f"{record['verdict']} in {record['seconds']:.1f} s: {record['summary']}"
-                        print(f"    {line}", file=sys.stderr)
+                    shown.write(f"    {record['verdict']} in {record['seconds']:.1f} s: {record['summary']}")
+                shown.advance()
             current = ""
         except KeyboardInterrupt:
             signals.hold = True  # a second Ctrl-C does not cut the save short
@@ -238,11 +289,12 @@ def _run(
             write_report(out)
             what = signals.name or "KeyboardInterrupt"
             during = f" during {current}" if current else ""
-            if progress:
-                print(f"    interrupted ({what}){during}: not recorded; run again to resume", file=sys.stderr)
+            shown.write(f"    interrupted ({what}){during}: not recorded; run again to resume")
+            shown.close()
             raise KeyboardInterrupt(
                 f"{what}{during}: the experiments finished before it are saved in {path}; run again to resume"
             ) from None
+    shown.close()
     _write_atomic(path, json.dumps(state, indent=1))
     write_report(out)
     return state
@@ -257,7 +309,7 @@ def _run_one(
     seed: int,
     force: bool,
     versions: dict[str, Any],
-    progress: bool,
+    shown: _Progress,
 ) -> dict[str, Any] | None:
     """Run one experiment and return its record, or None when the stored record is kept."""
     t0 = time.perf_counter()
@@ -273,12 +325,9 @@ def _run_one(
         done = state["experiments"].get(exp.name)
         why = "forced" if force else _stale(done, config, config_hash, code, versions)
         if why is None and done is not None:
-            if progress:
-                kept = f"{done['verdict']} (kept: same config, code and library versions)"
-                print(f"{counter} {exp.name}: {kept}", file=sys.stderr)
+            shown.write(f"{counter} {exp.name}: {done['verdict']} (kept: same config, code and library versions)")
             return None
-        if progress:
-            print(f"{counter} {exp.name} ... ({why})", file=sys.stderr, flush=True)
+        shown.write(f"{counter} {exp.name} ... ({why})")
         try:
             result = exp.run(cfg, ctx)
         except Exception as err:  # recorded, not hidden: the report shows it as ERROR (unless it was an interrupt)
