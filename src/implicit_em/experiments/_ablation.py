@@ -110,23 +110,20 @@ def row_permutations(t: int, seed: int) -> Tensor:
     return torch.argsort(keys, dim=-1)
 
 
-class AblatedSelfAttention(nn.Module):
-    """The wind tunnel's multi-head causal self-attention (same ``qkv`` and ``proj``) through :func:`routed_softmax`."""
+class AblatedSelfAttention(CausalSelfAttention):
+    """The wind tunnel's multi-head causal self-attention (the given ``qkv`` and ``proj``, so no new weights are
+    drawn) through :func:`routed_softmax`."""
 
     def __init__(self, qkv: nn.Linear, proj: nn.Linear, n_heads: int, mode: Mode, perm: Tensor | None) -> None:
-        super().__init__()
+        nn.Module.__init__(self)  # not CausalSelfAttention's: it would draw fresh qkv and proj weights
         self.qkv, self.proj, self.n_heads, self.mode = qkv, proj, n_heads, mode
         self.perm: Tensor | None = perm  # a plain attribute, not state: (T, T) row permutations for ``permuted``
 
-    def forward(self, x: Tensor) -> Tensor:
-        b, t, d = x.shape
-        h = self.n_heads
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))  # (B, H, T, d/H)
-        s = q @ k.transpose(-2, -1) / math.sqrt(d // h)  # (B, H, T, T)
+    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        t = q.shape[-2]
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
         perm = None if self.perm is None else self.perm[:t, :t]
-        y = routed_softmax(s, self.mode, perm) @ v  # (B, H, T, d/H)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+        return routed_softmax(s, self.mode, perm) @ v  # (B, H, T, d/H)
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}, mode={self.mode!r}"

@@ -93,13 +93,8 @@ def sigmoid_attention(
 class SigmoidSelfAttention(CausalSelfAttention):
     """:class:`~implicit_em.windtunnel.models.CausalSelfAttention` with :func:`sigmoid_attention` (same parameters)."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        b, t, d = x.shape
-        h = self.n_heads
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))  # (B, H, T, d/H)
-        y = sigmoid_attention(q, k, v)  # (B, H, T, d/H)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return sigmoid_attention(q, k, v)  # (B, H, T, d/H)
 
 
 class UnnormalisedTransformer(CausalTransformer):

@@ -49,7 +49,12 @@ def count_parameters(model: nn.Module) -> int:
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention computed by :func:`implicit_em.probes.attention`."""
+    """Multi-head causal self-attention computed by :func:`implicit_em.probes.attention`.
+
+    The forward splits ``qkv(x)`` into heads, calls :meth:`attend` and merges the heads through ``proj``; a
+    variant with another attention function (the audit's sigmoid and gradient-surgery arms) overrides
+    :meth:`attend` only.
+    """
 
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
@@ -64,8 +69,12 @@ class CausalSelfAttention(nn.Module):
         h = self.n_heads
         q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (z.view(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))  # (B, H, T, d/H)
-        y = attention(q, k, v, is_causal=True)  # (B, H, T, d/H)
+        y = self.attend(q, k, v)  # (B, H, T, d/H)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Causal softmax attention of the heads: (B, H, T, d/H) each -> (B, H, T, d/H)."""
+        return attention(q, k, v, is_causal=True)
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}"
