@@ -1,101 +1,119 @@
 """Render ``results.json`` of an audit run as one self-contained ``report.html`` (figures embedded as base64).
 
+The page is the Jinja2 template ``templates/report.html.j2`` (autoescape on: every text from ``results.json`` is
+escaped unless it went through :func:`~implicit_em.report._math.tex_to_html`, which escapes first); this module
+only turns a results dict into the template's context: human labels and units for metrics
+(:mod:`~implicit_em.report._labels`), each criterion as "measured ≤ threshold ✓", the header (commit, command,
+versions, date) and the figures.
+
 A run folder may come from elsewhere, so the report trusts nothing in it: ``results.json`` is read and checked by
 :func:`~implicit_em.report.read_results` (a corrupt file is a one-line :class:`~implicit_em.report.ResultsError`),
-every text is HTML-escaped, and a figure is embedded only if it is a PNG file (by its suffix and PNG's signature
-bytes) inside the run folder once symlinks and ``..`` are resolved. Any other entry of ``figures`` (``/etc/passwd``,
-``../x.png``, a symlink out of the folder, a text file named ``.png``) is skipped with a visible note in the report
-and a :class:`UserWarning`. ``report.html`` is written atomically and replaces, never follows, a symlink there.
+and a figure is embedded only if it is a PNG file (by its suffix and PNG's signature bytes) inside the run folder
+once symlinks and ``..`` are resolved. Any other entry of ``figures`` (``/etc/passwd``, ``../x.png``, a symlink out
+of the folder, a text file named ``.png``) is skipped with a visible note in the report and a :class:`UserWarning`.
+``report.html`` is written atomically and replaces, never follows, a symlink there.
+
+Figures keep their natural pixel size (one image pixel per CSS pixel, so matplotlib's 10 pt text at 100-110 dpi
+stays about 14-15 px high) in a frame that scrolls sideways when the figure is wider than the page, and each links
+to its PNG in the run folder for the full-size view.
 """
 
 import base64
-import html
+import re
+import shlex
+import struct
 import warnings
+from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
+
+import jinja2
 
 from implicit_em._runio import write_text_atomic
-from implicit_em.report._results import check_results, read_results
+from implicit_em.report._labels import figure_caption, metric_label
+from implicit_em.report._math import tex_to_html
+from implicit_em.report._results import VERDICTS, check_results, read_results
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-_COLOURS = {"SUPPORTED": "#1a7f37", "PARTIAL": "#9a6700", "REFUTED": "#cf222e", "ERROR": "#6e7781"}
-
-_CSS = """
-body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #1f2328;
-       line-height: 1.45; }
-h1 { margin-bottom: 0.2rem; } h2 { margin-top: 2.5rem; border-bottom: 1px solid #d0d7de; padding-bottom: 0.3rem; }
-table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.92rem; }
-td, th { border: 1px solid #d0d7de; padding: 0.25rem 0.5rem; text-align: left; vertical-align: top; }
-th { background: #f6f8fa; }
-blockquote { margin: 0.6rem 0; padding: 0.3rem 0.9rem; border-left: 4px solid #d0d7de; color: #57606a; }
-.badge { display: inline-block; color: white; border-radius: 0.8rem; padding: 0.05rem 0.6rem; font-weight: 600;
-         font-size: 0.85rem; }
-img { max-width: 100%; border: 1px solid #d0d7de; margin: 0.4rem 0; }
-pre { background: #f6f8fa; padding: 0.6rem; overflow-x: auto; font-size: 0.85rem; white-space: pre-wrap; }
-.muted { color: #57606a; font-size: 0.9rem; }
-.pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; }
-"""
-
 _VERSIONS = ("torch", "numpy", "scikit-learn", "transformers", "python")
-
-
-def _badge(verdict: str) -> str:
-    colour = _COLOURS.get(verdict, "#6e7781")
-    return f'<span class="badge" style="background:{colour}">{html.escape(verdict)}</span>'
+_SYMBOL = {"<=": "≤", ">=": "≥", "<": "<", ">": ">", "==": "="}
 
 
 def _fmt(value: Any) -> str:
+    """A value as a reader sees it: floats to 4 significant digits, booleans as yes/no, short lists shown."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.4g}"
+    if value is None:
+        return "none"
     if isinstance(value, list):
         shown = ", ".join(_fmt(v) for v in value[:12])
         return f"[{shown}{', …' if len(value) > 12 else ''}]"
     if isinstance(value, dict):
-        return ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
+        return "; ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
     return str(value)
 
 
-def _table(rows: dict[str, Any], header: tuple[str, str]) -> str:
-    if not rows:
-        return ""
-    body = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v))}</td></tr>" for k, v in rows.items())
-    return f"<table><tr><th>{header[0]}</th><th>{header[1]}</th></tr>{body}</table>"
-
-
-def _criteria(criteria: list[dict[str, Any]]) -> str:
-    """The comparisons the verdict was computed from: metric, comparison, threshold, measured, pass/fail."""
-    if not criteria:
-        return ""
-    rows = "".join(
-        f"<tr><td>{html.escape(str(c.get('metric')))}</td><td>{html.escape(str(c.get('comparison')))}</td>"
-        f"<td>{html.escape(_fmt(c.get('threshold')))}</td><td>{html.escape(_fmt(c.get('measured')))}</td>"
-        f"<td class='{'pass' if c.get('passed') else 'fail'}'>{'pass' if c.get('passed') else 'fail'}</td></tr>"
-        for c in criteria
-    )
-    head = "<tr><th>criterion (metric)</th><th>comparison</th><th>threshold</th><th>measured</th><th></th></tr>"
-    return f"<table>{head}{rows}</table>"
+def _anchor(name: str) -> str:
+    """An HTML id for experiment ``name``: letters, digits, ``-`` and ``_`` only."""
+    return "exp-" + re.sub(r"[^A-Za-z0-9_-]", "-", name)
 
 
 def _commit(commit: Any, dirty: Any) -> str:
     if not commit:
         return "not a git checkout"
-    return f"{str(commit)[:12]}{' (dirty)' if dirty else ''}"
+    return f"{str(commit)[:12]}{' (dirty: uncommitted changes)' if dirty else ' (clean)'}"
 
 
-def _provenance(results: dict[str, Any]) -> str:
-    """The header: package version and commit, the command line, library versions."""
+def _command(results: dict[str, Any]) -> tuple[str, str]:
+    """The command line that produced the run, and a note when it is reconstructed rather than recorded."""
+    argv = results.get("provenance", {}).get("command")
+    if isinstance(argv, list) and argv:
+        return shlex.join(str(a) for a in argv), ""
+    size, seed = results.get("size", "quick"), results.get("seed", 0)
+    return f"implicit-em audit --{size} --seed {seed}", "reconstructed from size and seed: the run did not record it"
+
+
+def _header(results: dict[str, Any]) -> dict[str, Any]:
+    """What the page's header shows: run settings, command, commit, versions, platform and date."""
     prov, env = results.get("provenance", {}), results.get("environment", {})
-    if not prov and not env:
-        return ""
-    rows = {
-        "implicit_em": prov.get("implicit_em", env.get("implicit_em")),
+    command, note = _command(results)
+    return {
+        "size": results.get("size", "?"),
+        "seed": results.get("seed", "?"),
+        "threads": env.get("torch_threads", "?"),
+        "command": command,
+        "command_note": note,
         "commit": _commit(prov.get("commit"), prov.get("dirty")),
-        "command": " ".join(str(a) for a in prov.get("command", [])),
-        "versions": ", ".join(f"{k} {env.get(k)}" for k in _VERSIONS if k in env),
-        "platform": f"{env.get('platform')}, torch threads {env.get('torch_threads')}",
+        "package": prov.get("implicit_em", env.get("implicit_em", "?")),
+        "versions": ", ".join(f"{k} {env[k]}" for k in _VERSIONS if k in env),
+        "platform": env.get("platform", ""),
+        "date": env.get("date", ""),
     }
-    return _table(rows, ("provenance", ""))
+
+
+def _criteria(criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each criterion as "measured ≤ threshold" with whether it held."""
+    return [
+        {
+            "metric": str(c.get("metric", "")),
+            "measured": _fmt(c.get("measured")),
+            "comparison": _SYMBOL.get(str(c.get("comparison")), str(c.get("comparison"))),
+            "threshold": _fmt(c.get("threshold")),
+            "passed": bool(c.get("passed")),
+        }
+        for c in criteria
+    ]
+
+
+def _metrics(name: str, metrics: dict[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for key, value in metrics.items():
+        label = metric_label(name, str(key))
+        rows.append({"label": label.text, "unit": label.unit, "note": label.note, "key": key, "value": _fmt(value)})
+    return rows
 
 
 def _run_line(e: dict[str, Any], results: dict[str, Any]) -> str:
@@ -108,7 +126,7 @@ def _run_line(e: dict[str, Any], results: dict[str, Any]) -> str:
     prov = results.get("provenance", {})
     if "commit" in e and (e.get("commit"), e.get("dirty")) != (prov.get("commit"), prov.get("dirty")):
         parts.append(f"ran at commit {_commit(e.get('commit'), e.get('dirty'))}, kept from an earlier invocation")
-    return f"<p class='muted'>{html.escape(' · '.join(parts))}</p>" if parts else ""
+    return " · ".join(parts)
 
 
 def _png_inside(run_dir: Path, rel: str) -> tuple[bytes | None, str]:
@@ -128,13 +146,66 @@ def _png_inside(run_dir: Path, rel: str) -> tuple[bytes | None, str]:
     return data, ""
 
 
-def _figure(run_dir: Path, rel: str, experiment: str) -> str:
+def _png_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height in pixels from the PNG's IHDR chunk (None if it is too short to hold one)."""
+    if len(data) < 24 or data[12:16] != b"IHDR":
+        return None
+    width, height = struct.unpack(">II", data[16:24])
+    return int(width), int(height)
+
+
+def _figure(run_dir: Path, rel: str, experiment: str) -> dict[str, Any]:
+    caption = figure_caption(experiment, rel)
     data, why = _png_inside(run_dir, rel)
     if data is None:
-        warnings.warn(f"report: figure {rel!r} of {experiment} not embedded: {why}", UserWarning, stacklevel=3)
-        return f'<p class="muted">figure not embedded ({html.escape(why)}): {html.escape(rel)}</p>'
-    encoded = base64.b64encode(data).decode("ascii")
-    return f'<img alt="{html.escape(rel)}" src="data:image/png;base64,{encoded}">'
+        warnings.warn(f"report: figure {rel!r} of {experiment} not embedded: {why}", UserWarning, stacklevel=4)
+        return {"skipped": why, "path": rel, "caption": caption}
+    size = _png_size(data)
+    return {
+        "src": "data:image/png;base64," + base64.b64encode(data).decode("ascii"),
+        "href": quote(Path(rel).as_posix()),
+        "width": size[0] if size else None,
+        "height": size[1] if size else None,
+        "caption": caption,
+        "alt": f"Figure of {experiment}: {caption}",
+        "path": rel,
+        "skipped": "",
+    }
+
+
+def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    criteria = _criteria(e.get("criteria", []))
+    return {
+        "name": e["name"],
+        "anchor": _anchor(e["name"]),
+        "title": e.get("title", e["name"]),
+        "verdict": e.get("verdict", "ERROR"),
+        "source": e.get("source", ""),
+        "claim": e.get("claim", ""),
+        "summary": e.get("summary", ""),
+        "seconds": float(e.get("seconds", 0.0)),
+        "criteria": criteria,
+        "passed": sum(c["passed"] for c in criteria),
+        "metrics": _metrics(e["name"], e.get("metrics", {})),
+        "thresholds": [(k, _fmt(v)) for k, v in e.get("thresholds", {}).items()],  # before criteria existed
+        "config": [(k, _fmt(v)) for k, v in e.get("config", {}).items()],
+        "run_line": _run_line(e, results),
+        "figures": [_figure(run_dir, f, e["name"]) for f in e.get("figures", [])],
+        "details": e.get("details", ""),
+    }
+
+
+@cache
+def _templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("implicit_em.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["tex"] = tex_to_html
+    return env
 
 
 def render(results: dict[str, Any], run_dir: Path) -> str:
@@ -145,47 +216,18 @@ def render(results: dict[str, Any], run_dir: Path) -> str:
     """
     results = check_results(results, "results")
     run_dir = Path(run_dir)
-    exps: list[dict[str, Any]] = list(results.get("experiments", {}).values())
-    counts = {v: sum(e.get("verdict") == v for e in exps) for v in _COLOURS}
-    env = results.get("environment", {})
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>implicit-em claims audit</title>",
-        f"<style>{_CSS}</style></head><body>",
-        "<h1>Claims audit</h1>",
-        "<p class='muted'>“Gradient Descent as Implicit EM in Distance-Based Neural Models” and its reviews, each "
-        "claim tested by an experiment that ends in a verdict decided by the numbers shown. "
-        f"Size: <b>{html.escape(str(results.get('size')))}</b>, seed {html.escape(str(results.get('seed')))}.</p>",
-        _provenance(results),
-        "<p>" + " ".join(f"{_badge(v)} {n}" for v, n in counts.items() if n) + "</p>",
-        "<table><tr><th>experiment</th><th>source</th><th>verdict</th><th>summary</th></tr>",
-    ]
-    for e in exps:
-        parts.append(
-            f"<tr><td><a href='#{html.escape(e['name'])}'>{html.escape(e.get('title', e['name']))}</a></td>"
-            f"<td>{html.escape(e.get('source', ''))}</td><td>{_badge(e.get('verdict', 'ERROR'))}</td>"
-            f"<td>{html.escape(e.get('summary', ''))}</td></tr>"
+    exps = [_experiment(e, results, run_dir) for e in results.get("experiments", {}).values()]
+    counts = [(v, sum(e["verdict"] == v for e in exps)) for v in VERDICTS]
+    return (
+        _templates()
+        .get_template("report.html.j2")
+        .render(
+            header=_header(results),
+            experiments=exps,
+            counts=[(v, n) for v, n in counts if n],
+            environment=[(k, _fmt(v)) for k, v in results.get("environment", {}).items()],
         )
-    parts.append("</table>")
-    for e in exps:
-        parts += [
-            f"<h2 id='{html.escape(e['name'])}'>{html.escape(e.get('title', e['name']))} "
-            f"{_badge(e.get('verdict', ''))}</h2>",
-            f"<p class='muted'>{html.escape(e.get('source', ''))} · experiment <code>{html.escape(e['name'])}</code>"
-            f" · {float(e.get('seconds', 0.0)):.1f} s</p>",
-            f"<blockquote>{html.escape(e.get('claim', ''))}</blockquote>",
-            f"<p><b>Verdict.</b> {html.escape(e.get('summary', ''))}</p>",
-            _criteria(e.get("criteria", [])),
-            _table(e.get("metrics", {}), ("measured", "value")),
-            _table(e.get("thresholds", {}), ("threshold", "value")),  # results.json before criteria existed
-            _table(e.get("config", {}), ("config", "value")),
-            _run_line(e, results),
-            *(_figure(run_dir, f, e["name"]) for f in e.get("figures", [])),
-        ]
-        if e.get("details"):
-            parts.append(f"<pre>{html.escape(e['details'])}</pre>")
-    parts.append("<h2>Environment</h2>" + _table(env, ("", "")))
-    parts.append("</body></html>")
-    return "\n".join(p for p in parts if p)
+    )
 
 
 def write_report(run_dir: str | Path) -> Path:
