@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report._labels import figure_caption, is_explicit, metric_label, readable
+from implicit_em.report._labels import criterion_label, figure_caption, is_explicit, metric_label, readable
 
 _KEYS_FILE = Path(__file__).parent / "data" / "report_metric_keys.json"
 _KEYS: dict[str, list[str]] = json.loads(_KEYS_FILE.read_text())
@@ -83,3 +83,31 @@ def test_wind_tunnel_kl_is_in_bits_and_ratios_are_ratios() -> None:
 )
 def test_figure_caption(path: str, expected: str) -> None:
     assert figure_caption("theorem1", path).startswith(expected)
+
+
+def test_criteria_read_as_words_not_metric_keys() -> None:
+    """Every criterion of the committed full audit reads without a snake_case key outside math and code (the old
+    report showed "bijection: softmax_kl (tracks the posterior)" as written)."""
+    results = json.loads((Path(__file__).parents[1] / "docs" / "audit-full-results.json").read_text())
+    left = []
+    for name, e in results["experiments"].items():
+        for c in e["criteria"]:
+            text = re.sub(r"\$[^$]*\$|[\w.]+\([^)]*\)", "", criterion_label(name, c["metric"]))  # math, code calls
+            left += [(name, c["metric"], m) for m in _SNAKE.findall(text)]
+    assert not left, left[:10]
+
+
+def test_criterion_labels_name_the_arm_each_experiment_has() -> None:
+    # bayes_necessity changes only the output (softmax attention in both transformers): never "sigmoid attention"
+    text = criterion_label("bayes_necessity", "sigmoid_kl (as good as softmax)")
+    assert text == "transformer, sigmoid BCE KL(Bayes ‖ model) (as good as softmax)"
+    assert "attention" not in metric_label("bayes_necessity", "sigmoid_mae").text
+    assert (
+        criterion_label("attention_law", "W_Q, W_K: w_q_law (max over heads)")
+        == "$W_{Q}$, $W_{K}$: $W_{Q}$ law (max over heads)"
+    )
+    code = "the library's loss vs torch's F.cross_entropy(−d, y, label_smoothing=ε)"
+    assert criterion_label("foundations", code) == code  # code is left as written
+    assert criterion_label("two_timescale", "wind_tunnel: fraction of seeds at a plateau") == (
+        "wind tunnel: fraction of seeds at a plateau"
+    )

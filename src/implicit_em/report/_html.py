@@ -31,7 +31,7 @@ from urllib.parse import quote
 import jinja2
 
 from implicit_em._runio import write_text_atomic
-from implicit_em.report._labels import figure_caption, metric_label
+from implicit_em.report._labels import criterion_label, figure_caption, metric_label
 from implicit_em.report._math import tex_to_html
 from implicit_em.report._results import VERDICTS, check_results, read_results
 
@@ -94,11 +94,11 @@ def _header(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _criteria(criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each criterion as "measured ≤ threshold" with whether it held."""
+def _criteria(name: str, criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each criterion as "measured ≤ threshold" with whether it held, its metric keys read as words."""
     return [
         {
-            "metric": str(c.get("metric", "")),
+            "metric": criterion_label(name, str(c.get("metric", ""))),
             "measured": _fmt(c.get("measured")),
             "comparison": _SYMBOL.get(str(c.get("comparison")), str(c.get("comparison"))),
             "threshold": _fmt(c.get("threshold")),
@@ -174,7 +174,7 @@ def _figure(run_dir: Path, rel: str, experiment: str) -> dict[str, Any]:
 
 
 def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    criteria = _criteria(e.get("criteria", []))
+    criteria = _criteria(str(e["name"]), e.get("criteria", []))
     return {
         "name": e["name"],
         "anchor": _anchor(e["name"]),

@@ -205,7 +205,7 @@ _SHARED_PHRASES: dict[str, str] = {
     "floor": "floor (context-free)", "uniform": "uniform", "control": "control:", "sum": "sum", "error": "error",
     # the wind tunnel's tasks and models
     "bijection": "bijection task:", "hmm": "HMM task:", "sticky": "sticky chain:", "wind_tunnel": "wind tunnel:",
-    "softmax": "softmax attention", "sigmoid": "sigmoid attention", "prefix_mlp": "prefix MLP",
+    "softmax": "softmax", "sigmoid": "sigmoid", "prefix_mlp": "prefix MLP",
     "prefix_mlp_sigmoid": "prefix MLP (sigmoid outputs)", "token_mlp": "token MLP (no context)",
     "attn_bce": "attention + BCE", "sigmoid_attn_bce": "sigmoid attention + BCE", "lstm_ce": "LSTM + CE",
     "lstm_bce": "LSTM + BCE", "prefix_mlp_bce": "prefix MLP + BCE",
@@ -253,7 +253,8 @@ PHRASES: dict[str, dict[str, str]] = {
         "smoothed_wrong_class_mass_last_epoch": "smoothed targets: wrong-class mass, last epoch",
         "smoothed_wrong_class_mass_target": "smoothed targets: wrong-class mass of the target",
     },
-    "bayes_necessity": {
+    "bayes_necessity": {  # its arms differ at the output only: the attention is softmax in both transformers
+        "softmax": "transformer, softmax CE", "sigmoid": "transformer, sigmoid BCE",
         "n_symbols": "symbols", "sum_error": "|Σ attention − 1|", "grad_sum": "Σ of score gradients",
         "law_residual": "law residual", "hessian_offdiag": "max off-diagonal Hessian",
     },
@@ -320,6 +321,7 @@ PHRASES: dict[str, dict[str, str]] = {
         "sticky_no_context_kl_bits": "sticky chain: no-context KL(Bayes ‖ model)",
     },
     "normalisation_necessity": {
+        "softmax": "transformer, softmax CE",
         "n_symbols": "symbols", "hmm_states": "HMM hidden states", "hmm_obs": "HMM observations",
         "attention_row_sum": "attention row sum", "emission_only": "emission-only", "plateau_drop": "plateau drop",
         "softmax_op_count": "softmax ops in the graph", "softmax_ops": "softmax ops in the graph",

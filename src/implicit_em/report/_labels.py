@@ -11,11 +11,12 @@ from pathlib import PurePosixPath
 
 from implicit_em.report._label_table import EXACT, PHRASES, UNITS
 
-__all__ = ["Label", "figure_caption", "is_explicit", "metric_label"]
+__all__ = ["Label", "criterion_label", "figure_caption", "is_explicit", "metric_label"]
 
 _UNIT_IN_KEY = re.compile(r"\s*\(([^()]*\b(?:units|nats/sample|nats|bits|data std)[^()]*)\)\s*$")
 _UNITS_OF = re.compile(r"\b(units of [^(),;:]+?)\)|\((rad)\b")  # "(units of σ)", "(rad, median ...)"
 _IDENT = re.compile(r"(?<![\w$])[A-Za-z0-9]+(?:_[A-Za-z0-9]+)+(?![\w$])")  # an identifier inside prose
+_SYMBOL = re.compile(r"[A-Za-z]_[A-Za-z0-9]{1,2}")  # W_Q, e_y: a letter with a short subscript
 _PROSE = re.compile(r"[\s'’()|/:,·−–]|[^\x00-\x7f]")  # a key written as words, not as an identifier
 
 
@@ -80,6 +81,29 @@ def metric_label(experiment: str, key: str) -> Label:
     if known and unit is not None:
         return Label(text, unit)
     return Label(readable(key), unit or "—", explicit=False)
+
+
+def criterion_label(experiment: str, text: str) -> str:
+    """A criterion's text (written by the experiment, often naming a metric key: "bijection: softmax_kl (tracks
+    the posterior)") with every snake_case identifier in it read through the phrase tables, or as plain words
+    when they do not cover it; ``$..$`` math is left for the math filter. A whole-key criterion is labelled like
+    the metric it names."""
+    if (experiment, text) in EXACT or not _PROSE.search(text):
+        return metric_label(experiment, text).text
+
+    def words(match: re.Match[str]) -> str:
+        ident, before, after = match.group(0), text[: match.start()], text[match.end() :]
+        if before.endswith(".") or after.startswith(("(", "=")):  # code (F.cross_entropy(..., label_smoothing=ε))
+            return ident
+        if _SYMBOL.fullmatch(ident):  # a subscripted symbol: W_Q, e_y
+            base, sub = ident.split("_")
+            return f"${base}_{{{sub}}}$"
+        phrase, known = _words(experiment, ident)
+        return phrase if known else readable(ident)
+
+    parts = re.split(r"(\$[^$]*\$)", text)  # odd parts are math: untouched
+    out = "".join(part if i % 2 else _IDENT.sub(words, part) for i, part in enumerate(parts))
+    return out.replace("::", ":")  # a phrase ending in ":" ("wind tunnel:") before the text's own colon
 
 
 def is_explicit(experiment: str, key: str) -> bool:
