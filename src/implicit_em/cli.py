@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from implicit_em import _cli_probe
 from implicit_em.distances import gaussian_energies
 from implicit_em.laws import constrained_law, lse_law, mixture_nll_law, routing_law, volume_law
 from implicit_em.objectives import (
@@ -309,7 +310,10 @@ def _main(argv: Sequence[str] | None) -> int:
     audit.add_argument("--list", action="store_true", help="list the experiments and exit")
     report = sub.add_parser("report", help="(re)write report.html of an audit run folder")
     report.add_argument("run_dir")
+    _cli_probe.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "probe":
+        return _cli_probe.run(args)
     if args.command == "demo":
         return demo()
     if args.command == "audit":

@@ -21,6 +21,7 @@ call is split instead), so a captured step costs little more than an unprobed on
 model's. Imports go one way: this module uses the adapters, the adapters use only ``probes/attention.py``.
 """
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -32,6 +33,7 @@ from torch import Tensor, nn
 from implicit_em.laws import value_law
 from implicit_em.probes import _hf, _torch_mha
 from implicit_em.probes._laws import hopfield_residual, per_head_max, per_head_norm, routing_law_residual
+from implicit_em.probes._verdict import LawVerdict, hopfield_scale, law_scales, relative
 from implicit_em.probes.attention import _active_observer, _set_observer
 
 Mode = Literal["full", "summary"]
@@ -95,12 +97,15 @@ class AttentionProbe:
             loss = loss_fn(model(x), y)
             loss.backward()
         probe.check_laws()          # {"routing_law": ..., "value_law": ..., "hopfield": ..., "layers": {...}}
+        probe.check_laws().passed   # and the verdict against the dtype's tolerance (a LawVerdict)
         probe.cache["blocks.0.attn.hook_pattern"]   # (B, H, T, S)
 
     Args:
-        model: the model whose attention sites are probed. Sites are found in module order: Hugging Face
-            attention modules (class name ending in ``Attention`` with a ``layer_idx``), every
-            ``nn.MultiheadAttention``, and any other module whose class name ends in ``Attention``. With
+        model: the model whose attention sites are probed. Sites are found in module order: in a Hugging Face
+            model, the modules that call its attention interface (whose ``forward`` looks the function up in
+            ``ALL_ATTENTION_FUNCTIONS``: ``BertSelfAttention``, ``T5Attention``, ``LlamaAttention``...); in
+            other models every ``nn.MultiheadAttention`` and any other module whose class name ends in
+            ``Attention`` (the outermost of nested ones). With
             ``model=None`` every call of :func:`implicit_em.probes.attention` in the block is captured, named
             ``calls.<n>.attn`` in call order.
         layers: site indices (``blocks.<i>.attn`` is the i-th site) or module names; ``None`` for all.
@@ -152,9 +157,9 @@ class AttentionProbe:
         self.sites: dict[str, str] = {}  # site name -> module name
         self._site_of: dict[int, str] = {}  # id(module) -> site name
         self._modules: dict[str, nn.Module] = {}
+        self._is_hf = model is not None and _hf.is_hf_model(model)
         if model is not None:
             self._find_sites(model, layers, sites)
-        self._is_hf = model is not None and _hf.is_hf_model(model)
         self._stack: list[str] = []
         self._calls = 0
         self._site_calls: dict[str, int] = {}
@@ -164,6 +169,9 @@ class AttentionProbe:
         self._pending: dict[str, _Record] = {}
         self._stats: dict[str, dict[str, Tensor]] = {}
         self._hf_state: Any = None
+        self._calls_before = 0  # calls recorded before the current forward of the model
+        self._callers: dict[int, nn.Module] = {}  # modules that called HF's attention function, not being sites
+        self._scales: dict[str, dict[str, Tensor]] = {}  # summary mode: the laws' scales per site (_verdict.py)
 
     # ---- discovery -----------------------------------------------------------------------------------
     def _find_sites(self, model: nn.Module, layers: Sequence[int | str] | None, names: Sequence[str] | None) -> None:
@@ -174,6 +182,8 @@ class AttentionProbe:
                 if name not in modules:
                     raise ValueError(f"no module named {name!r} in the model")
                 found.append((name, modules[name]))
+        elif self._is_hf:
+            found = _hf.attention_sites(model)
         else:
             for name, module in model.named_modules():
                 if any(name.startswith(f"{outer}.") or outer == "" for outer, _ in found):
@@ -213,10 +223,12 @@ class AttentionProbe:
         self._committed.clear()
         self._pending.clear()
         self._stats.clear()
+        self._scales.clear()
         try:
             if self.model is not None:
                 self._handles.append(self.model.register_forward_pre_hook(self._count_step))
                 if self._is_hf:
+                    self._handles.append(self.model.register_forward_hook(self._check_captured))
                     self._hf_state = _hf.enable(self.model)
                 else:
                     for site, module in self._modules.items():
@@ -252,6 +264,30 @@ class AttentionProbe:
 
     def _count_step(self, module: nn.Module, args: Any) -> None:
         self.step += 1
+        self._calls_before = sum(self._site_calls.values())
+        self._callers.clear()
+
+    def _check_captured(self, module: nn.Module, args: Any, output: Any) -> None:
+        """After a sampled forward of an HF model: warn when no probed site recorded a call."""
+        if self._active and self.sampled and sum(self._site_calls.values()) == self._calls_before:
+            warnings.warn(self._nothing_captured(), RuntimeWarning, stacklevel=2)
+
+    def _nothing_captured(self) -> str:
+        """Why nothing was captured: the sites looked at and the modules that did call the attention function."""
+        model = self.model
+        assert model is not None
+        looked = ", ".join(self.sites.values()) or "none"
+        text = f"{type(model).__name__}: the forward reached none of the probed sites ({looked}); nothing was captured"
+        names = [name for name, module in model.named_modules() if id(module) in self._callers]
+        if names:
+            return (
+                f"{text}. The attention function was called by {', '.join(names)}: pass layers= or sites= to probe them"
+            )
+        return f"{text}. No module called the probe's attention function: these sites compute attention another way"
+
+    def note_caller(self, module: nn.Module) -> None:
+        """Adapters report a module that called the attention function without being a probed site."""
+        self._callers[id(module)] = module
 
     # ---- what adapters ask ---------------------------------------------------------------------------
     @property
@@ -362,6 +398,8 @@ class AttentionProbe:
         if self.mode == "summary":
             with torch.no_grad():
                 self._stats[record.site] = _summary_stats(record, self.laws)
+                if self.laws and "hook_z" in record.grad:
+                    self._scales[record.site] = _record_scales(record)
             record.fwd, record.grad = {}, {}  # summary mode keeps statistics, not tensors
 
     # ---- results -------------------------------------------------------------------------------------
@@ -390,39 +428,49 @@ class AttentionProbe:
         with torch.no_grad():
             return {site: _summary_stats(record, True) for site, record in self._records().items()}
 
-    def check_laws(self) -> dict[str, Any]:
-        """Max residuals of the routing law, the value law and (full mode) the Hopfield identity.
+    def check_laws(self) -> LawVerdict:
+        """Max residuals of the routing law, the value law and (full mode) the Hopfield identity, and the verdict.
 
         Returns:
-            ``{"routing_law": float, "value_law": float, "hopfield": float, "layers": {site: {...}}}``; each
-            value the max absolute difference between autograd's gradient and the law, over selected heads.
+            a :class:`~implicit_em.probes.LawVerdict`: as a dict, ``{"routing_law": float, "value_law": float,
+            "hopfield": float, "layers": {site: {...}}}``, each value the max absolute difference between
+            autograd's gradient and the law over selected heads (as always); its attributes hold the dtype, the
+            tolerance ``FACTOR * torch.finfo(dtype).eps`` on residual / scale, and ``passed`` per site, per law
+            and overall (``probes/_verdict.py`` says how the scales and the factor were chosen).
         """
         per_layer: dict[str, dict[str, float]] = {}
+        ratios: dict[str, dict[str, float]] = {}
+        dtypes: list[torch.dtype] = []
+        records = self._records() if self.mode == "full" else {}
         for site, stats in self.summary().items():
-            row: dict[str, float] = {
-                law: float(stats[law].max()) for law in ("routing_law", "value_law") if law in stats
-            }
+            laws: dict[str, Tensor] = {law: stats[law] for law in ("routing_law", "value_law") if law in stats}
             if self.mode == "full":
-                record = self._records()[site]
+                record = records[site]
                 f = record.fwd
-                row["hopfield"] = float(
-                    hopfield_residual(f["hook_q"], f["hook_k"], f["hook_attn_scores"], record.scale).max()
-                )
-            per_layer[site] = row
+                laws["hopfield"] = hopfield_residual(f["hook_q"], f["hook_k"], f["hook_attn_scores"], record.scale)
+                with torch.no_grad():
+                    scales = _record_scales(record) if "hook_z" in record.grad else {}
+                    scales["hopfield"] = hopfield_scale(f["hook_k"], f["hook_attn_scores"])
+            else:
+                scales = self._scales.get(site, {})
+            per_layer[site] = {law: float(value.max()) for law, value in laws.items()}
+            ratios[site] = {law: relative(value, scales[law]) for law, value in laws.items() if law in scales}
+            dtypes.append(stats["entropy"].dtype)
         if not any("routing_law" in row or "value_law" in row for row in per_layer.values()):
             if self.mode == "summary" and not self.laws:
                 raise RuntimeError("this probe was made with laws=False: summary mode computed no law residuals")
+            if not per_layer and self.model is not None:
+                looked = ", ".join(self.sites.values())
+                raise RuntimeError(
+                    f"no attention call was captured at the probed sites ({looked}): the forward did not reach "
+                    "them (see the RuntimeWarning the probe gave, which names the modules that did compute attention)"
+                )
             raise RuntimeError(
                 "no gradients reached the probe: run the forward and loss.backward() inside the `with` block "
                 "(in summary mode with laws=True, on a sampled step)"
             )
-        result: dict[str, Any] = {}
-        for law in ("routing_law", "value_law", "hopfield"):
-            values = [row[law] for row in per_layer.values() if law in row]
-            if values:
-                result[law] = max(values)
-        result["layers"] = per_layer
-        return result
+        dtype = max(dtypes, key=lambda d: torch.finfo(d).eps)
+        return LawVerdict(per_layer, ratios, dtype)
 
 
 def _rows(x: Tensor, rows: int | None) -> Tensor:
@@ -433,6 +481,12 @@ def _rows(x: Tensor, rows: int | None) -> Tensor:
 def _site_order(site: str) -> tuple[str, int]:
     kind, index, _ = site.split(".")
     return kind, int(index)
+
+
+def _record_scales(record: _Record) -> dict[str, Tensor]:
+    """The routing and value laws' scales per head of a record with its upstream gradient (``_verdict.py``)."""
+    f = record.fwd
+    return law_scales(f["hook_pattern"], f["hook_v"], record.grad["hook_z"], f.get("hook_dropout_keep"))
 
 
 def _summary_stats(record: _Record, laws: bool) -> dict[str, Tensor]:

@@ -62,6 +62,8 @@ class _AttentionObserver(Protocol):
 
     def sub_batch(self, query: Tensor, key: Tensor, value: Tensor) -> int | None: ...
 
+    def note_caller(self, module: torch.nn.Module) -> None: ...
+
 
 #: An adapter's explicit attention: (query, key, value, mask, dropout_p) -> (output, post-dropout weights), where
 #: output is in the adapter's layout with the batch first; it calls :func:`attend` (the probe observes it).
