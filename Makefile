@@ -5,9 +5,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 # What each command installs on top of torch: the demo needs the package alone; the tests also need the dev
-# tools and the optional extras whose adapters they exercise (transformers, TensorBoard, Lightning).
+# tools and the optional extras whose adapters they exercise (transformers, TensorBoard, Lightning, pyarrow for
+# .parquet data, safetensors for saved models).
 DEMO_SPEC := -e .
-TEST_SPEC := -e ".[dev,hf,tensorboard,lightning]"
+TEST_SPEC := -e ".[dev,hf,tensorboard,lightning,parquet,safetensors]"
 
 .PHONY: install demo test test-all lint clean
 

@@ -3,7 +3,8 @@
 A low-level module: it imports only the standard library and torch, never the rest of the package, so both
 layers can use it without importing each other.
 
-- atomic writes: :func:`write_text_atomic`, :func:`write_json_atomic`, :func:`save_torch_atomic` write a
+- atomic writes: :func:`write_text_atomic`, :func:`write_bytes_atomic`, :func:`write_json_atomic`,
+  :func:`save_torch_atomic` write a
   temporary file next to the target and :func:`os.replace` it, so a reader (or a killed run) never sees half a
   file;
 - what a run records about where it ran: :func:`package_version`, :func:`versions`, :func:`environment`;
@@ -39,6 +40,7 @@ __all__ = [
     "temporary_path",
     "torch_threads",
     "versions",
+    "write_bytes_atomic",
     "write_json_atomic",
     "write_text_atomic",
 ]
@@ -69,6 +71,14 @@ def write_text_atomic(path: Path, text: str) -> None:
     tmp = _tmp_path(path)
     with _open_fresh(tmp) as f:
         f.write(text)
+    os.replace(tmp, path)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and :func:`os.replace`, as :func:`write_text_atomic`."""
+    tmp = _tmp_path(path)
+    with _open_fresh(tmp, binary=True) as f:
+        f.write(data)
     os.replace(tmp, path)
 
 

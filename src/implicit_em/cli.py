@@ -2,7 +2,8 @@
 
 ``implicit-em demo`` measures, for each regime of the paper, the gradient law by autograd and prints the residual.
 ``implicit-em audit`` runs the claims audit (quick sizes by default) and writes its HTML report; ``implicit-em
-report DIR`` rewrites the report of a run folder.
+report DIR`` rewrites the report of a run folder. ``implicit-em fit`` and ``predict`` fit a Gaussian mixture to
+the user's own data file and label rows with it (``_cli_fit.py``).
 
 Exit status: 0 on success; 1 when an experiment ended in ERROR; 2 on a usage error or a run folder that cannot be
 used (a corrupt ``results.json``, an unwritable ``--out``), with one line on stderr saying what is wrong and no
@@ -20,7 +21,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from implicit_em import _cli_probe
+from implicit_em import _cli_fit, _cli_probe
 from implicit_em.distances import gaussian_energies
 from implicit_em.laws import constrained_law, lse_law, mixture_nll_law, routing_law, volume_law
 from implicit_em.objectives import (
@@ -310,10 +311,14 @@ def _main(argv: Sequence[str] | None) -> int:
     audit.add_argument("--list", action="store_true", help="list the experiments and exit")
     report = sub.add_parser("report", help="(re)write report.html of an audit run folder")
     report.add_argument("run_dir")
+    _cli_fit.add_parsers(sub)
     _cli_probe.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "probe":
         return _cli_probe.run(args)
+    code = _cli_fit.run(args)
+    if code is not None:
+        return code
     if args.command == "demo":
         return demo()
     if args.command == "audit":

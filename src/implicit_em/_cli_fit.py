@@ -1,0 +1,280 @@
+"""``implicit-em fit`` and ``implicit-em predict``: a Gaussian mixture on the user's own data file.
+
+``fit DATA --n-components K|auto`` fits :class:`~implicit_em.mixture.GaussianMixture` to a ``.npy``, ``.csv``,
+``.tsv`` or ``.parquet`` file (``_cli_data.py``; a ``.npy`` is streamed in row batches, so memory stays flat in
+N) and prints the mean log-likelihood per sample, BIC, AIC, the iterations, whether it converged and the time;
+``auto`` fits every K of ``--k-range`` and keeps the lowest BIC, printing the BIC of each. ``--out MODEL`` saves
+the model (``.npz`` or ``.safetensors``, ``GaussianMixture.save``), ``--json`` prints one JSON object instead.
+``predict MODEL DATA`` prints the most probable component of every row (``--proba``: the responsibilities), or
+writes them to ``--out FILE.npy|.csv``.
+
+The statistics are computed in one pass of row batches after the fit (``score_samples`` per batch, summed in
+float64), so they too need no memory of size N. A problem with the data, the model file or the options is one
+line on stderr and exit status 2.
+"""
+
+import argparse
+import io
+import json
+import math
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from implicit_em._cli_data import Data, DataError, read_data
+
+__all__ = ["add_parsers", "run"]
+
+_COMMANDS = ("fit", "predict")
+_ROWS = 16_384  # rows per batch when scoring or predicting
+
+
+def add_parsers(sub: Any) -> None:
+    """Register ``fit`` and ``predict`` on the ``implicit-em`` subparsers ``sub``."""
+    fit = sub.add_parser("fit", help="fit a Gaussian mixture to a .npy, .csv, .tsv or .parquet file")
+    fit.add_argument("data", metavar="DATA", help="rows x features: .npy (streamed), .csv/.tsv, .parquet")
+    fit.add_argument(
+        "--n-components", required=True, type=_k_or_auto, metavar="K|auto", help="components, or auto (BIC)"
+    )
+    fit.add_argument("--covariance-type", default="full", choices=("full", "diag", "spherical", "tied"))
+    fit.add_argument("--fitter", default="em", choices=("em", "online_em", "gd"), help="default em")
+    fit.add_argument("--max-iter", type=_positive, default=100, help="EM iterations or epochs (default 100)")
+    fit.add_argument("--seed", type=_seed, default=0, help="random_state (default 0)")
+    fit.add_argument("--k-range", type=_k_range, default=None, metavar="A:B", help="auto's K, A to B (1:10)")
+    fit.add_argument("--batch-size", type=_positive, default=None, help="rows per batch (fitter's default)")
+    fit.add_argument("--out", default=None, metavar="MODEL", help="save the model: .npz or .safetensors")
+    fit.add_argument("--json", action="store_true", help="print one JSON object")
+    fit.add_argument("--quiet", action="store_true", help="no progress bar")
+    predict = sub.add_parser("predict", help="labels (or --proba responsibilities) of DATA under a saved model")
+    predict.add_argument("model", metavar="MODEL", help="a model file written by fit --out")
+    predict.add_argument("data", metavar="DATA", help="rows x features: .npy, .csv/.tsv, .parquet")
+    predict.add_argument("--proba", action="store_true", help="responsibilities (N x K) instead of labels")
+    predict.add_argument("--out", default=None, metavar="FILE", help=".npy or .csv (default: stdout)")
+
+
+def run(args: argparse.Namespace) -> int | None:
+    """Run ``fit`` or ``predict``; None when ``args`` is another command."""
+    if args.command not in _COMMANDS:
+        return None
+    prog = f"implicit-em {args.command}"
+    try:
+        return _fit(args, prog) if args.command == "fit" else _predict(args)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, OSError) as err:  # DataError, a model file, an unwritable --out
+        print(f"{prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+
+
+# -- options -------------------------------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _k_or_auto(text: str) -> int | str:
+    return "auto" if text == "auto" else _positive(text)
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32 - 1], got {text!r}")
+    return value
+
+
+def _k_range(text: str) -> range:
+    low, sep, high = text.partition(":")
+    try:
+        a, b = int(low), int(high)
+    except ValueError:
+        a = b = 0
+    if not sep or not 1 <= a <= b:
+        raise argparse.ArgumentTypeError(f"must be A:B with 1 <= A <= B (both included), got {text!r}")
+    return range(a, b + 1)
+
+
+# -- fit -----------------------------------------------------------------------------------------------------
+
+
+def _fit(args: argparse.Namespace, prog: str) -> int:
+    from implicit_em.mixture import GaussianMixture
+    from implicit_em.mixture._fitting import REGISTRY
+
+    if args.k_range is not None and args.n_components != "auto":
+        raise ValueError("--k-range chooses K for --n-components auto; with a fixed K leave it out")
+    if args.out is not None:
+        _check_model_path(Path(args.out))
+    ks = (
+        (args.k_range or range(1, 11))
+        if args.n_components == "auto"
+        else range(args.n_components, args.n_components + 1)
+    )
+    batch_rows = args.batch_size or REGISTRY[args.fitter].default_batch_size
+    data = read_data(args.data, batch_rows, seed=args.seed if args.fitter != "em" else None)
+    if data.n_samples < max(2, ks[-1]):
+        raise DataError(
+            f"{data.path}: {data.n_samples} rows, too few for {ks[-1]} components (at least {max(2, ks[-1])} needed)"
+        )
+    show = not args.quiet and _stderr_is_terminal()
+    x: Any = data.rows
+    results: list[dict[str, Any]] = []
+    best: Any = None
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in _progress(ks, show and len(ks) > 1):
+            model = GaussianMixture(
+                k,
+                covariance_type=args.covariance_type,
+                fitter=args.fitter,
+                max_iter=args.max_iter,
+                random_state=args.seed,
+                batch_size=args.batch_size,
+                verbose=int(show and len(ks) == 1),
+            )
+            start = time.perf_counter()
+            try:  # the options were checked: what the estimator refuses now is the data (NaN, inf, overflow)
+                model.fit(x)
+                seconds = time.perf_counter() - start
+                row = {"n_components": k, **_statistics(model, data), "n_iter": int(model.n_iter_)}
+            except ValueError as err:
+                raise DataError(f"{data.path}: {err}") from None
+            row.update(converged=bool(model.converged_), seconds=seconds)
+            results.append(row)
+            if best is None or row["bic"] < best[1]["bic"]:
+                best = (model, row)
+    total = time.perf_counter() - t0
+    model, chosen = best
+    if args.out is not None:
+        model.save(args.out)
+    notes = sorted({f"{type(w.message).__name__}: {' '.join(str(w.message).split())}" for w in caught})
+    for note in notes:
+        print(f"{prog}: warning: {note}", file=sys.stderr)
+    report = {
+        "data": str(data.path),
+        "n_samples": data.n_samples,
+        "n_features": data.n_features,
+        "header": data.header,
+        "covariance_type": args.covariance_type,
+        "fitter": args.fitter,
+        **chosen,
+        "total_seconds": total,
+        "bic_by_k": {str(r["n_components"]): r["bic"] for r in results} if args.n_components == "auto" else None,
+        "model": args.out,
+    }
+    print(json.dumps(report) if args.json else _text(report, results))
+    return 0
+
+
+def _statistics(model: Any, data: Data) -> dict[str, float]:
+    """Mean log-likelihood per sample, BIC and AIC of ``model`` on ``data``, from one pass of row batches."""
+    total = math.fsum(float(model.score_samples(batch).sum(dtype=np.float64)) for batch in data.batches(_ROWS))
+    n, p = data.n_samples, model._n_parameters()
+    return {"log_likelihood": total / n, "bic": -2 * total + p * math.log(n), "aic": -2 * total + 2 * p}
+
+
+def _text(report: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    lines = [f"data: {report['data']} ({report['n_samples']} rows x {report['n_features']} features)"]
+    if report["header"] is not None:
+        lines.append(f"columns: {', '.join(report['header'])}")
+    if report["bic_by_k"] is not None:
+        lines.append(f"BIC by K ({report['covariance_type']} covariances, fitter {report['fitter']}):")
+        for r in results:
+            mark = "  <- lowest" if r["n_components"] == report["n_components"] else ""
+            lines.append(f"  K = {r['n_components']:<3} BIC = {r['bic']:<14.6g} {r['seconds']:.2f} s{mark}")
+    lines += [
+        f"components (K)           {report['n_components']}",
+        f"log-likelihood / sample  {report['log_likelihood']:.6f}",
+        f"BIC                      {report['bic']:.6g}",
+        f"AIC                      {report['aic']:.6g}",
+        f"iterations               {report['n_iter']}",
+        f"converged                {'yes' if report['converged'] else 'no'}",
+        f"time                     {report['seconds']:.2f} s"
+        + (f" (all K: {report['total_seconds']:.2f} s)" if report["bic_by_k"] is not None else ""),
+    ]
+    if report["model"] is not None:
+        lines.append(f"model                    {report['model']}")
+    return "\n".join(lines)
+
+
+def _progress(ks: range, show: bool) -> Iterator[int]:
+    if not show:
+        yield from ks
+        return
+    from tqdm import tqdm
+
+    with tqdm(ks, desc="GaussianMixture over K", unit="K", file=sys.stderr) as bar:
+        yield from bar
+
+
+def _stderr_is_terminal() -> bool:
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def _check_model_path(path: Path) -> None:
+    from implicit_em.mixture._io import SUFFIXES
+
+    if path.suffix.lower() not in SUFFIXES:
+        raise ValueError(f"--out {path}: a model file name ends in .npz or .safetensors")
+    if not path.parent.is_dir():
+        raise ValueError(f"--out {path}: the directory {path.parent} does not exist")
+
+
+# -- predict -------------------------------------------------------------------------------------------------
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from implicit_em.mixture import GaussianMixture
+
+    out = Path(args.out) if args.out is not None else None
+    if out is not None and (out.suffix.lower() not in (".npy", ".csv") or not out.parent.is_dir()):
+        raise ValueError(f"--out {out}: expected a .npy or .csv file in an existing directory")
+    model = GaussianMixture.load(args.model)
+    data = read_data(args.data, _ROWS)
+    if data.n_features != model.n_features_in_:
+        raise DataError(
+            f"{data.path} has {data.n_features} features, but the model {args.model} expects {model.n_features_in_}"
+        )
+    method = model.predict_proba if args.proba else model.predict
+    parts = (method(batch) for batch in data.batches(_ROWS))
+    if out is None:
+        for part in parts:
+            sys.stdout.write("".join(_line(row) for row in part))
+        return 0
+    result = np.concatenate(list(parts))
+    _write_result(out, result, model.n_components)
+    return 0
+
+
+def _line(row: Any) -> str:
+    """A label, or a row of responsibilities as comma-separated shortest round-trip floats."""
+    return f"{int(row)}\n" if np.ndim(row) == 0 else ",".join(repr(float(v)) for v in row) + "\n"
+
+
+def _write_result(out: Path, result: np.ndarray, k: int) -> None:
+    from implicit_em._runio import write_bytes_atomic, write_text_atomic
+
+    if out.suffix.lower() == ".npy":
+        buffer = io.BytesIO()
+        np.save(buffer, result, allow_pickle=False)
+        write_bytes_atomic(out, buffer.getvalue())
+        return
+    header = "component" if result.ndim == 1 else ",".join(f"component_{j}" for j in range(k))
+    write_text_atomic(out, header + "\n" + "".join(_line(row) for row in result))

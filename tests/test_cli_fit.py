@@ -1,0 +1,292 @@
+"""``implicit-em fit`` and ``predict`` (``_cli_fit.py``, ``_cli_data.py``): the numbers equal the library's, every
+data format reads the same rows, and every bad input is one line on stderr with exit status 2.
+
+All fail on the code before the commands existed (argparse: invalid choice 'fit'). Planted bugs they catch:
+reading a whole ``.npy`` into memory (the tracemalloc test), treating a numeric first row as a header (the
+no-header test), BIC from the wrong N or parameter count (the equality with ``GaussianMixture.bic``).
+"""
+
+import csv
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from implicit_em import _cli_data, _cli_fit
+from implicit_em.cli import main
+from implicit_em.mixture import GaussianMixture
+
+
+def _blobs(n: int = 240, seed: int = 0) -> np.ndarray:
+    rng = np.random.RandomState(seed)
+    centres = np.array([[0.0, 0.0, 0.0], [5.0, 5.0, 0.0], [0.0, 6.0, 4.0]])
+    return centres[rng.randint(0, 3, n)] + rng.randn(n, 3)
+
+
+def _write_csv(path: Path, x: np.ndarray, header: list[str] | None, delimiter: str = ",") -> Path:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f, delimiter=delimiter)
+        if header is not None:
+            writer.writerow(header)
+        writer.writerows(x.tolist())  # repr of each float: read back exactly
+    return path
+
+
+def _run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["fit", *args, "--json"]) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out)
+
+
+def _reference(x: np.ndarray, k: int, **kwargs: Any) -> GaussianMixture:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return GaussianMixture(k, random_state=0, max_iter=100, **kwargs).fit(x)
+
+
+def test_fit_reports_the_library_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    x = _blobs()
+    data = _write_csv(tmp_path / "blobs.csv", x, ["a", "b", "c"])
+    out = _run_json(capsys, str(data), "--n-components", "3", "--covariance-type", "diag")
+    model = _reference(x, 3, covariance_type="diag")
+    assert out["header"] == ["a", "b", "c"] and (out["n_samples"], out["n_features"]) == (240, 3)
+    assert out["log_likelihood"] == pytest.approx(model.score(x), rel=1e-12)
+    assert out["bic"] == pytest.approx(model.bic(x), rel=1e-12)
+    assert out["aic"] == pytest.approx(model.aic(x), rel=1e-12)
+    assert out["n_iter"] == model.n_iter_ and out["converged"] is True and out["seconds"] > 0
+
+
+def test_auto_chooses_the_lowest_bic_and_prints_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    x = _blobs()
+    data = _write_csv(tmp_path / "blobs.csv", x, None)
+    out = _run_json(capsys, str(data), "--n-components", "auto", "--k-range", "1:5")
+    expected = {str(k): _reference(x, k).bic(x) for k in range(1, 6)}
+    assert out["bic_by_k"] == pytest.approx(expected, rel=1e-12)
+    assert out["n_components"] == 3 == int(min(expected, key=expected.__getitem__))
+    assert main(["fit", str(data), "--n-components", "auto", "--k-range", "2:4"]) == 0
+    text = capsys.readouterr().out
+    assert all(f"K = {k} " in text for k in (2, 3, 4)) and "<- lowest" in text and "BIC by K" in text
+
+
+def test_the_text_output_names_every_statistic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _write_csv(tmp_path / "blobs.csv", _blobs(), ["a", "b", "c"])
+    assert main(["fit", str(data), "--n-components", "2", "--out", str(tmp_path / "m.npz")]) == 0
+    text = capsys.readouterr().out
+    for word in ("log-likelihood / sample", "BIC", "AIC", "iterations", "converged", "time", "m.npz", "a, b, c"):
+        assert word in text, word
+
+
+@pytest.mark.parametrize("form", ["header", "no-header", "tsv", "npy", "parquet"])
+def test_every_format_reads_the_same_rows(tmp_path: Path, form: str) -> None:
+    x = _blobs(50)
+    if form == "npy":
+        path = tmp_path / "x.npy"
+        np.save(path, x)
+    elif form == "parquet":
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        path = tmp_path / "x.parquet"
+        pq.write_table(pa.table({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2]}), path)
+    else:
+        header = None if form == "no-header" else ["a", "b", "c"]
+        suffix, delimiter = (".tsv", "\t") if form == "tsv" else (".csv", ",")
+        path = _write_csv(tmp_path / f"x{suffix}", x, header, delimiter)
+    data = _cli_data.read_data(path, batch_rows=16)
+    rows = np.concatenate(list(data.batches(16)))
+    np.testing.assert_array_equal(rows, x)
+    assert data.header == (None if form in ("no-header", "npy") else ["a", "b", "c"])
+
+
+def test_a_npy_is_streamed_not_loaded(tmp_path: Path) -> None:
+    """tracemalloc sees numpy's buffers: one pass over a 16 MB file allocates about one batch (160 kB) at a time."""
+    import tracemalloc
+
+    path = tmp_path / "big.npy"
+    np.save(path, np.zeros((500_000, 4), dtype=np.float64))
+    rows = _cli_data.read_data(path, batch_rows=5_000, seed=0).rows
+    assert isinstance(rows, _cli_data.NpyRows)
+    tracemalloc.start()
+    seen = sum(batch.shape[0] for batch in rows)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert seen == 500_000 and peak < 1_000_000  # the file is 16,000,000 bytes
+
+
+def test_the_shuffled_stream_visits_every_row_once(tmp_path: Path) -> None:
+    path = tmp_path / "x.npy"
+    x = np.arange(100.0).reshape(50, 2)
+    np.save(path, x)
+    stream = _cli_data.NpyRows(path, batch_rows=7, seed=3)
+    first, second = (np.concatenate(list(stream)) for _ in range(2))
+    assert not np.array_equal(first, x) and not np.array_equal(first, second)  # a new block order each pass
+    np.testing.assert_array_equal(np.sort(first[:, 0]), x[:, 0])
+
+
+def test_fit_on_a_npy_stream_matches_the_array_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    x = _blobs(600).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = _run_json(capsys, str(tmp_path / "x.npy"), "--n-components", "3", "--batch-size", "100")
+    model = _reference(x.astype(np.float64), 3)
+    assert out["log_likelihood"] == pytest.approx(model.score(x.astype(np.float64)), rel=1e-9)
+
+
+@pytest.mark.parametrize("fitter", ["online_em", "gd"])
+def test_the_mini_batch_fitters_run_on_a_stream(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fitter: str
+) -> None:
+    np.save(tmp_path / "x.npy", _blobs(400))
+    out = _run_json(capsys, str(tmp_path / "x.npy"), "--n-components", "3", "--fitter", fitter, "--max-iter", "5")
+    assert out["fitter"] == fitter and out["n_iter"] >= 1 and np.isfinite(out["bic"])
+
+
+def test_a_saved_model_predicts_what_the_fit_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    x = _blobs()
+    data = _write_csv(tmp_path / "x.csv", x, ["a", "b", "c"])
+    model_path = tmp_path / "model.safetensors"
+    assert main(["fit", str(data), "--n-components", "3", "--out", str(model_path), "--quiet"]) == 0
+    capsys.readouterr()
+    model = GaussianMixture.load(model_path)
+    assert main(["predict", str(model_path), str(data)]) == 0
+    labels = np.array([int(line) for line in capsys.readouterr().out.split()])
+    np.testing.assert_array_equal(labels, model.predict(x))
+    assert main(["predict", str(model_path), str(data), "--proba"]) == 0
+    proba = np.array([[float(v) for v in line.split(",")] for line in capsys.readouterr().out.splitlines()])
+    np.testing.assert_array_equal(proba, model.predict_proba(x))  # shortest round-trip text: exact
+    assert main(["predict", str(model_path), str(data), "--proba", "--out", str(tmp_path / "p.npy")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy", allow_pickle=False), model.predict_proba(x))
+    assert main(["predict", str(model_path), str(data), "--out", str(tmp_path / "labels.csv")]) == 0
+    lines = (tmp_path / "labels.csv").read_text().splitlines()
+    assert lines[0] == "component" and [int(v) for v in lines[1:]] == model.predict(x).tolist()
+
+
+def test_the_progress_bar_only_on_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = _write_csv(tmp_path / "x.csv", _blobs(), None)
+    assert main(["fit", str(data), "--n-components", "3"]) == 0
+    assert capsys.readouterr().err == ""  # not a terminal: no bar
+    monkeypatch.setattr(_cli_fit, "_stderr_is_terminal", lambda: True)
+    assert main(["fit", str(data), "--n-components", "3"]) == 0
+    assert "GaussianMixture[em]" in capsys.readouterr().err
+    assert main(["fit", str(data), "--n-components", "auto", "--k-range", "2:3"]) == 0
+    assert "GaussianMixture over K" in capsys.readouterr().err
+    assert main(["fit", str(data), "--n-components", "3", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """name -> (arguments, a phrase the one-line error must contain)."""
+    x = _blobs(30)
+    good = _write_csv(tmp / "good.csv", x, ["a", "b", "c"])
+    (tmp / "ragged.csv").write_text("a,b,c\n1,2,3\n4,5\n")
+    (tmp / "words.csv").write_text("a,b\n1,2\n3,oops\n")
+    (tmp / "nan.csv").write_text("1,2\n3,nan\n")
+    (tmp / "empty.csv").write_text("")
+    (tmp / "header-only.csv").write_text("a,b\n")
+    (tmp / "latin1.csv").write_bytes("a,é\n1,2\n".encode("latin-1"))
+    (tmp / "data.xlsx").write_text("")
+    np.save(tmp / "oned.npy", x[:, 0])
+    with_inf = x.copy()
+    with_inf[3, 1] = np.inf
+    np.save(tmp / "inf.npy", with_inf)
+    np.save(tmp / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.save(tmp / "text.npy", np.array([["a", "b"], ["c", "d"]]))
+    (tmp / "truncated.npy").write_bytes((tmp / "inf.npy").read_bytes()[:300])
+    (tmp / "fake.parquet").write_bytes(b"not parquet")
+    np.save(tmp / "two-features.npy", x[:, :2])
+    model = _reference(x, 2)
+    model.save(tmp / "model.npz")
+    (tmp / "not-a-model.npz").write_bytes(b"PK\x03\x04 broken")
+    fit = ["fit", "--n-components", "2"]
+    return {
+        "missing file": ([*fit, str(tmp / "nope.csv")], "no such file"),
+        "bad extension": ([*fit, str(tmp / "data.xlsx")], "unsupported data file type '.xlsx'"),
+        "ragged csv": ([*fit, str(tmp / "ragged.csv")], "line 3 has 2 fields, expected 3"),
+        "non-numeric cell": ([*fit, str(tmp / "words.csv")], "line 3, column 2: 'oops' is not a number"),
+        "nan in csv": ([*fit, str(tmp / "nan.csv")], "line 2, column 2: 'nan' is not a finite number"),
+        "empty csv": ([*fit, str(tmp / "empty.csv")], "no rows of data"),
+        "header only": ([*fit, str(tmp / "header-only.csv")], "no rows of data"),
+        "not utf-8": ([*fit, str(tmp / "latin1.csv")], "not UTF-8 text"),
+        "1-d npy": ([*fit, str(tmp / "oned.npy")], "1-D array of shape (30,)"),
+        "inf in npy": ([*fit, str(tmp / "inf.npy")], "inf.npy: Input X contains NaN or infinity"),
+        "object npy": ([*fit, str(tmp / "objects.npy")], "Python objects"),
+        "text npy": ([*fit, str(tmp / "text.npy")], "expected integer or floating point"),
+        "truncated npy": ([*fit, str(tmp / "truncated.npy")], "not a readable numeric .npy"),
+        "bad parquet": ([*fit, str(tmp / "fake.parquet")], "fake.parquet: not a readable parquet file"),
+        "too few rows": (["fit", "--n-components", "31", str(good)], "30 rows, too few for 31 components"),
+        "k-range with fixed k": ([*fit, str(good), "--k-range", "1:3"], "--k-range chooses K for"),
+        "bad k-range": (["fit", "--n-components", "auto", str(good), "--k-range", "4:2"], "must be A:B"),
+        "zero components": (["fit", "--n-components", "0", str(good)], "must be a positive integer"),
+        "bad model suffix": ([*fit, str(good), "--out", str(tmp / "m.pkl")], "ends in .npz or .safetensors"),
+        "feature mismatch": (
+            ["predict", str(tmp / "model.npz"), str(tmp / "two-features.npy")],
+            "has 2 features, but the model",
+        ),
+        "not a model": (["predict", str(tmp / "not-a-model.npz"), str(good)], "not-a-model.npz is not a readable"),
+        "missing model": (["predict", str(tmp / "none.npz"), str(good)], "no model file"),
+        "bad predict out": (["predict", str(tmp / "model.npz"), str(good), "--out", str(tmp / "p.txt")], ".npy or"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing file",
+        "bad extension",
+        "ragged csv",
+        "non-numeric cell",
+        "nan in csv",
+        "empty csv",
+        "header only",
+        "not utf-8",
+        "1-d npy",
+        "inf in npy",
+        "object npy",
+        "text npy",
+        "truncated npy",
+        "bad parquet",
+        "too few rows",
+        "k-range with fixed k",
+        "bad k-range",
+        "zero components",
+        "bad model suffix",
+        "feature mismatch",
+        "not a model",
+        "missing model",
+        "bad predict out",
+    ],
+)
+def test_a_bad_input_is_one_line_and_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    args, phrase = _bad_inputs(tmp_path)[case]
+    try:
+        status = main(args)
+    except SystemExit as exit_info:  # argparse's own errors
+        status = int(exit_info.code or 0)
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith(f"implicit-em {args[0]}: error:"), err
+    assert phrase in err, err
+
+
+def test_without_pyarrow_the_message_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "x.parquet").write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(_cli_data.DataError, match=r"pip install 'implicit-em\[parquet\]'"):
+        _cli_data.read_data(tmp_path / "x.parquet")
+
+
+def test_the_console_command_prints_no_traceback(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "implicit_em.cli", "fit", str(tmp_path / "missing.npy"), "--n-components", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == f"implicit-em fit: error: {tmp_path / 'missing.npy'}: no such file"
