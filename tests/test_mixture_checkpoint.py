@@ -45,6 +45,7 @@ def _assert_same_fit(got: GaussianMixture, want: GaussianMixture) -> None:
     for name in PARAMS:
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name, strict=True)
     assert (got.n_iter_, got.converged_, got.lower_bound_) == (want.n_iter_, want.converged_, want.lower_bound_)
+    assert (got.lower_bounds_, got.n_split_merge_iter_) == (want.lower_bounds_, want.n_split_merge_iter_)
     assert _history(got) == _history(want)
     assert getattr(got, "n_split_merge_accepted_", None) == getattr(want, "n_split_merge_accepted_", None)
 

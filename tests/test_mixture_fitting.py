@@ -160,10 +160,48 @@ def _run(name: str) -> dict[str, np.ndarray]:
         return _record(CASES[name]())
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_fit_reproduces_the_code_before_the_refactor_bitwise(case: str) -> None:
+# Issue 13 (scikit-learn fidelity) changed two things on purpose and nothing else. ``n_iter_`` counts the EM
+# iterations (epochs) of the one run that was kept, at most max_iter, as sklearn's does: no longer the
+# split-and-merge trials (now ``n_split_merge_iter_``) nor online EM's final exact iteration; these are the new
+# values (the recorded ones were larger by exactly what is no longer counted). A float32 fit keeps float32
+# parameters: the recorded float64 arrays of that case hold the float32 values (precisions_: formed in float64
+# from the float32 factor), so they are compared after the cast. Every other number is still the recording's.
+_N_ITER_SINCE_ISSUE_13 = {
+    "fit-em-chunked": 5,
+    "fit-em-diag": 6,
+    "fit-em-float32": 5,
+    "fit-em-full": 5,
+    "fit-em-n-init": 5,
+    "fit-em-spherical": 5,
+    "fit-em-tied": 3,
+    "fit-online-em-n-init": 11,
+    "fit-online_em-diag": 22,
+    "fit-online_em-full": 17,
+    "fit-online_em-spherical": 8,
+    "fit-online_em-tied": 6,
+    "fit-then-partial-em": 2 + 3,  # the fit's 2 (the run after an accepted move), then three partial_fit steps
+    "fit-then-partial-online_em": 5 + 3,  # max_iter=5 epochs, then three partial_fit steps
+    "split-merge-em": 2,  # the EM run after the accepted move
+    "split-merge-online_em": 2,
+}
+_FLOAT32_SINCE_ISSUE_13 = {"fit-em-float32"}
+_PARAMS = ("weights_", "means_", "covariances_", "precisions_cholesky_", "precisions_")
+
+
+def _expected(case: str) -> dict[str, np.ndarray]:
     with np.load(REFERENCE) as ref:
         expected = {key.split("/", 1)[1]: ref[key] for key in ref.files if key.startswith(case + "/")}
+    if case in _N_ITER_SINCE_ISSUE_13:
+        assert int(expected["n_iter_"]) > _N_ITER_SINCE_ISSUE_13[case]  # only ever fewer: what it no longer counts
+        expected["n_iter_"] = np.asarray(_N_ITER_SINCE_ISSUE_13[case])
+    if case in _FLOAT32_SINCE_ISSUE_13:
+        expected.update({key: expected[key].astype(np.float32) for key in _PARAMS})
+    return expected
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fit_reproduces_the_code_before_the_refactor_bitwise(case: str) -> None:
+    expected = _expected(case)
     got = _run(case)
     assert sorted(got) == sorted(expected)
     for key, value in got.items():

@@ -218,13 +218,15 @@ def result_to_dict(result: FitResult) -> dict[str, Any]:
         "n_iter": int(result.n_iter),
         "lower_bound": float(result.lower_bound),
         "converged": bool(result.converged),
+        "lower_bounds": [float(b) for b in result.lower_bounds],
     }
 
 
 def result_from_dict(d: dict[str, Any]) -> FitResult:
     """The inverse of :func:`result_to_dict`."""
+    bounds = tuple(float(b) for b in d.get("lower_bounds", ()))
     return FitResult(
-        MixtureParams(*d["params"]), int(d["n_iter"]), float(d["lower_bound"]), bool(d["converged"]), False
+        MixtureParams(*d["params"]), int(d["n_iter"]), float(d["lower_bound"]), bool(d["converged"]), False, bounds
     )
 
 

@@ -43,9 +43,12 @@ SafePoint = Callable[[int, Callable[[], dict[str, Any]]], None]
 class FitResult(NamedTuple):
     """What a fitter returns: the parameters, iterations run, final lower bound and whether it converged.
 
-    ``interrupted`` is True only in the result a :class:`~implicit_em.mixture._interrupt.FitInterrupted`
-    carries; ``params`` are then the last complete ones (EM never decreases the likelihood, so they are the best
-    so far).
+    ``n_iter`` counts the units of ``max_iter`` (EM iterations, or epochs) of the one run that produced
+    ``params``, so it never exceeds ``max_iter``. ``interrupted`` is True only in the result a
+    :class:`~implicit_em.mixture._interrupt.FitInterrupted` carries; ``params`` are then the last complete ones
+    (EM never decreases the likelihood, so they are the best so far). ``lower_bounds``: the lower bound after
+    each of those ``n_iter`` units (the estimator's ``lower_bounds_``); the fitters leave it empty and the
+    estimator fills it from the run's history records (``_starts.py``), so a resumed run has it whole.
     """
 
     params: MixtureParams
@@ -53,6 +56,7 @@ class FitResult(NamedTuple):
     lower_bound: float
     converged: bool
     interrupted: bool
+    lower_bounds: tuple[float, ...] = ()
 
 
 def full_pass(

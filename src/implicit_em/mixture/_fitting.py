@@ -9,6 +9,7 @@ shuffle, which state ``partial_fit`` continues from, whether split-and-merge and
 Every ``history_`` record is built by :func:`history_record`.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -155,8 +156,13 @@ class Fitter(Protocol):
         callback: Callback,
         resume: dict[str, Any] | None = None,
         on_safe_point: SafePoint | None = None,
+        lower_bound: float = -math.inf,
     ) -> tuple[FitResult, Any]:
         """Fit from ``params``; returns the result and the state ``partial_fit`` would continue from.
+
+        ``lower_bound``: that of the fit a ``warm_start`` refit continues; batch EM compares its first iteration
+        with it, as sklearn does (so a refit of a converged fit converges in one iteration). The stochastic
+        fitters compare epochs' running means, which the exact lower bound is not, and ignore it.
 
         ``on_safe_point(units, snapshot)`` is called after every iteration (epoch) that did not converge, where
         ``snapshot()`` is the fitter's resumable state; ``resume`` continues from such a snapshot (or from the
@@ -211,6 +217,7 @@ class BatchEM:
         callback: Callback,
         resume: dict[str, Any] | None = None,
         on_safe_point: SafePoint | None = None,
+        lower_bound: float = -math.inf,
     ) -> tuple[FitResult, Any]:
         result = fit_em(
             data,
@@ -221,6 +228,7 @@ class BatchEM:
             max_iter=settings.max_iter,
             shift=shift,
             batch_size=settings.batch_size,
+            lower_bound=lower_bound,
             callback=callback,
             resume=resume,
             on_safe_point=on_safe_point,
@@ -256,6 +264,7 @@ class OnlineEM:
         callback: Callback,
         resume: dict[str, Any] | None = None,
         on_safe_point: SafePoint | None = None,
+        lower_bound: float = -math.inf,
     ) -> tuple[FitResult, Any]:
         return fit_online_em(
             data,
@@ -301,6 +310,7 @@ class GradientDescent:
         callback: Callback,
         resume: dict[str, Any] | None = None,
         on_safe_point: SafePoint | None = None,
+        lower_bound: float = -math.inf,
     ) -> tuple[FitResult, Any]:
         result, state = fit_gd(
             data,

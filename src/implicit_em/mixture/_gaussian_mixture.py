@@ -81,7 +81,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     checkpoint is written if one is set, and ``KeyboardInterrupt`` is raised. ``partial_fit`` completes its
     step first. In a process group every process stops in the same iteration and raises (``_interrupt.py``).
 
-    ``max_iter`` counts EM iterations, or epochs for "online_em" and "gd". X may be a numpy array, a torch
+    ``max_iter`` bounds EM iterations, or epochs for "online_em" and "gd". X may be a numpy array, a torch
     tensor (one that requires grad is read detached: results carry no graph), a ``np.memmap`` (read in blocks),
     or a re-iterable of batches: a list or tuple of 2-D arrays or tensors, a ``DataLoader``; for an iterable the
     k-means initialisation takes one extra pass (a uniform sample of at most 200,000 rows). Bad input raises
@@ -89,9 +89,22 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     N·max|X|² overflows the compute dtype, a user start that is not finite or (precisions) not positive
     definite. When ``reg_covar`` exceeds a tenth of a feature's (nonzero) variance, fitting warns with
     :class:`~implicit_em.mixture.RegCovarWarning`: the floor, not the data, then sets that feature's spread.
-    Learned attributes (sklearn's shapes, numpy float64): weights_, means_, covariances_, precisions_,
-    precisions_cholesky_, converged_, n_iter_, lower_bound_, n_features_in_, and history_: a list of dicts
-    (per EM iteration or epoch) with the mean train log-likelihood, seconds and component usage.
+    Learned attributes, as sklearn's: weights_, means_, covariances_, precisions_, precisions_cholesky_
+    (sklearn's shapes; numpy float32 when the fit's dtype is float32, as sklearn keeps a float32 X's dtype,
+    else float64), converged_, n_iter_, lower_bound_, lower_bounds_, n_features_in_. ``n_iter_`` counts the
+    units of ``max_iter`` of the one run that produced the parameters, so ``n_iter_ <= max_iter``: for "em" its
+    EM iterations (the first run, or the EM run after the last accepted split-and-merge move), for "online_em"
+    its stochastic epochs (the exact EM iteration after them is not counted), for "gd" its epochs.
+    ``lower_bounds_`` (list of floats, length ``n_iter_``): that run's lower bound after each unit; for "em"
+    the mean log-likelihood before each M-step, ending at ``lower_bound_`` (sklearn's), for "online_em" and
+    "gd" each epoch's running mean (``lower_bound_`` is an exact pass afterwards). ``partial_fit`` adds one to
+    ``n_iter_`` and one entry to ``lower_bounds_`` per step. A ``warm_start`` refit with "em" compares its
+    first iteration with ``lower_bound_``, as sklearn does. Ours: n_split_merge_iter_ (EM iterations of all
+    split-and-merge trials of the kept start), n_split_merge_accepted_, and history_: a list of dicts (per EM
+    iteration or epoch, trials included and marked ``"split_merge": True``) with the mean train
+    log-likelihood, seconds and component usage. ``predict_proba`` and ``score_samples`` return float32 when X
+    and the parameters are float32, else float64 (computed in float64 either way). Every difference from
+    sklearn that remains is listed in docs/mixture.md, "Differences from scikit-learn".
     """
 
     n_features_in_: int
@@ -270,7 +283,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                     ConvergenceWarning,
                     stacklevel=3,
                 )
-            self._keep(best, best_history)
+            self._keep(best, best_history, data.dtype)
             if group and _distributed.any_stop(_interrupt.requested(), data.device):  # every process ends alike
                 _interrupt.clear()
                 raise KeyboardInterrupt
@@ -287,12 +300,15 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             scale = float(_distributed.broadcast_tensor(torch.tensor(scale, dtype=torch.float64)))
         return shift, scale
 
-    def _keep(self, result: FitResult, history: list[dict[str, Any]]) -> None:
-        """Make ``result`` the fitted state."""
-        self._set_params(result.params)
+    def _keep(self, result: FitResult, history: list[dict[str, Any]], dtype: torch.dtype) -> None:
+        """Make ``result`` (one run: ``n_iter`` <= max_iter, its ``lower_bounds``) the fitted state, with the
+        parameters in ``dtype``; ``history`` is the kept start's, split-and-merge trials included."""
+        self._set_params(result.params, dtype)
         self.converged_ = bool(result.converged and not result.interrupted)
         self.n_iter_ = int(result.n_iter)
         self.lower_bound_ = float(result.lower_bound)
+        self.lower_bounds_ = [float(b) for b in result.lower_bounds]
+        self.n_split_merge_iter_ = sum(1 for h in history if h.get("split_merge", False))
         self.history_ = history
 
     def _open_checkpoint(
@@ -413,31 +429,39 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 )
             rng = check_random_state(self.random_state)
             self._shift, self._scale = self._shift_scale(data, rng)
-            self._set_params(self._initial_params(data, rng, self._shift))
+            self._set_params(self._initial_params(data, rng, self._shift), data.dtype)
             self.converged_, self.n_iter_, self.history_ = False, 0, []
+            self.lower_bounds_, self.n_split_merge_iter_ = [], 0
         params = self._params(data.dtype, data.device)
         t0 = time.perf_counter()
         state = getattr(self, fitter.state_attr, None)
         with _interrupt.deferred():  # the step (in place for "gd") and its bookkeeping complete, then a SIGINT
             state, new, loglik = fitter.partial_step(state, x, params, settings, shift=self._shift, scale=self._scale)
             setattr(self, fitter.state_attr, state)
-            self._set_params(new)
+            self._set_params(new, data.dtype)
             self.n_iter_ += 1
             self.lower_bound_ = loglik
-            History(self.history_).epoch(self.n_iter_, loglik, time.perf_counter() - t0, new.weights)
+            self.lower_bounds_ = [*getattr(self, "lower_bounds_", []), float(loglik)]
+            History(self.history_).epoch(len(self.history_) + 1, loglik, time.perf_counter() - t0, new.weights)
         return self
 
     # -- parameters ----------------------------------------------------------------------------------------------
 
-    def _set_params(self, params: MixtureParams) -> None:
+    def _set_params(self, params: MixtureParams, dtype: torch.dtype) -> None:
+        """Store ``params`` as sklearn's numpy attributes in the fit's ``dtype``: float32 stays float32 (as
+        sklearn keeps a float32 X's dtype), anything else is float64. ``precisions_`` is formed from the
+        Cholesky factor in float64, then cast."""
         w, mu, cov, pc = (t.detach().double().cpu().numpy() for t in params)
-        self.weights_, self.means_, self.covariances_, self.precisions_cholesky_ = w, mu, cov, pc
         if self.covariance_type == "full":
-            self.precisions_ = pc @ np.transpose(pc, (0, 2, 1))
+            prec = pc @ np.transpose(pc, (0, 2, 1))
         elif self.covariance_type == "tied":
-            self.precisions_ = pc @ pc.T
+            prec = pc @ pc.T
         else:
-            self.precisions_ = pc**2
+            prec = pc**2
+        out = np.float32 if dtype == torch.float32 else np.float64
+        self.weights_, self.means_ = w.astype(out, copy=False), mu.astype(out, copy=False)
+        self.covariances_, self.precisions_cholesky_ = cov.astype(out, copy=False), pc.astype(out, copy=False)
+        self.precisions_ = prec.astype(out, copy=False)
 
     def _params(self, dtype: torch.dtype, device: torch.device) -> MixtureParams:
         def t(a: np.ndarray) -> Tensor:
@@ -447,20 +471,24 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     # -- scoring -------------------------------------------------------------------------------------------------
 
-    def _weighted_log_prob(self, X: Any) -> tuple[Tensor, bool]:
+    def _weighted_log_prob(self, X: Any) -> tuple[Tensor, bool, torch.dtype]:
+        """log π_j + log N(x_i; μ_j, Σ_j), (N, K), computed in float64; whether results are tensors; and the
+        dtype of the returned arrays: float32 when X's compute dtype and the parameters are both float32, else
+        float64 (sklearn's type promotion of X and the parameters)."""
         check_is_fitted(self)
         data = self._source(X, reset=False)
         params = self._params(torch.float64 if data.dtype == torch.float64 else data.dtype, data.device)
-        shift = getattr(self, "_shift", torch.from_numpy(self.means_.mean(0)))
+        shift = getattr(self, "_shift", torch.from_numpy(np.asarray(self.means_, dtype=np.float64).mean(0)))
         a = _stats.score_matrix(params, self.covariance_type, shift.to(data.device))
         parts = [_stats.weighted_log_prob(x, a, shift.to(data.device)) for x in data.batches(_CHUNK)]
         out = torch.cat(parts) if parts else torch.zeros(0, self.n_components, dtype=data.dtype)
-        return out, tensor_output(X)
+        single = data.dtype == torch.float32 and np.asarray(self.means_).dtype == np.float32
+        return out, tensor_output(X), torch.float32 if single else torch.float64
 
     def score_samples(self, X: Any) -> Any:
-        """log p(x) of every sample, (N,)."""
-        logp, as_tensor = self._weighted_log_prob(X)
-        return _out(_stats.log_normalize(logp.T)[1], as_tensor)
+        """log p(x) of every sample, (N,), in the parameters' dtype (float64 for float64 X)."""
+        logp, as_tensor, dtype = self._weighted_log_prob(X)
+        return _out(_stats.log_normalize(logp.T)[1].to(dtype), as_tensor)
 
     def score(self, X: Any, y: Any = None) -> float:
         """Mean log-likelihood per sample."""
@@ -468,20 +496,20 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def _mean_log_likelihood(self, X: Any) -> tuple[float, int]:
         """(mean log p(x), N) in one pass: X may be a stream, whose N is known only after it."""
-        logp, _ = self._weighted_log_prob(X)
+        logp, _, _ = self._weighted_log_prob(X)
         if logp.shape[0] == 0:
             raise ValueError("X holds no samples; the log-likelihood of no data is undefined")
         return float(_stats.log_normalize(logp.T)[1].double().mean()), int(logp.shape[0])
 
     def predict(self, X: Any) -> Any:
         """The most probable component of every sample, (N,)."""
-        logp, as_tensor = self._weighted_log_prob(X)
+        logp, as_tensor, _ = self._weighted_log_prob(X)
         return _out(logp.argmax(1), as_tensor)
 
     def predict_proba(self, X: Any) -> Any:
-        """Responsibilities, (N, K)."""
-        logp, as_tensor = self._weighted_log_prob(X)
-        return _out(torch.softmax(logp, dim=1), as_tensor)
+        """Responsibilities, (N, K), in the parameters' dtype (float64 for float64 X)."""
+        logp, as_tensor, dtype = self._weighted_log_prob(X)
+        return _out(torch.softmax(logp, dim=1).to(dtype), as_tensor)
 
     def _n_parameters(self) -> int:
         k, d = self.means_.shape
@@ -504,23 +532,19 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         if n_samples < 1:
             raise ValueError(f"Invalid value for 'n_samples': {n_samples}. It must be at least one.")
         rng = check_random_state(self.random_state)
-        counts = rng.multinomial(n_samples, self.weights_)
-        d = self.means_.shape[1]
+        # float64 draws whatever the parameters' dtype, as sklearn's sample returns
+        weights, means, covs = (
+            np.asarray(a, dtype=np.float64) for a in (self.weights_, self.means_, self.covariances_)
+        )
+        counts = rng.multinomial(n_samples, weights)
+        d = means.shape[1]
         if self.covariance_type == "full":
-            xs = [
-                rng.multivariate_normal(m, c, int(n))
-                for m, c, n in zip(self.means_, self.covariances_, counts, strict=True)
-            ]
+            xs = [rng.multivariate_normal(m, c, int(n)) for m, c, n in zip(means, covs, counts, strict=True)]
         elif self.covariance_type == "tied":
-            xs = [
-                rng.multivariate_normal(m, self.covariances_, int(n)) for m, n in zip(self.means_, counts, strict=True)
-            ]
+            xs = [rng.multivariate_normal(m, covs, int(n)) for m, n in zip(means, counts, strict=True)]
         else:
-            cov = self.covariances_ if self.covariance_type == "diag" else self.covariances_[:, None] * np.ones(d)
-            xs = [
-                m + rng.standard_normal((int(n), d)) * np.sqrt(c)
-                for m, c, n in zip(self.means_, cov, counts, strict=True)
-            ]
+            cov = covs if self.covariance_type == "diag" else covs[:, None] * np.ones(d)
+            xs = [m + rng.standard_normal((int(n), d)) * np.sqrt(c) for m, c, n in zip(means, cov, counts, strict=True)]
         labels = np.concatenate([np.full(n, j, dtype=int) for j, n in enumerate(counts)])
         return np.vstack(xs), labels
 

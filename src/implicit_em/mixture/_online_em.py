@@ -14,6 +14,7 @@ snapshot (the running statistics, the parameters and the :class:`~implicit_em.mi
 resumes it with the same numbers, bitwise on CPU, as a run that was never stopped.
 """
 
+import math
 import time
 from typing import Any, NamedTuple
 
@@ -88,12 +89,17 @@ def fit_online_em(
     on_safe_point: SafePoint | None = None,
 ) -> tuple[FitResult, OnlineState]:
     """Epochs of online EM until the epoch's mean train log-likelihood changes by less than ``tol``, then
-    ``final_em_steps`` exact EM iterations. ``max_iter`` bounds the stochastic epochs.
+    ``final_em_steps`` exact EM iterations. ``max_iter`` bounds the stochastic epochs, and ``n_iter`` of the
+    result counts them (at most ``max_iter``; the exact iterations are not counted, as sklearn's ``n_iter_``
+    counts only what ``max_iter`` bounds); ``lower_bound`` is the exact iteration's. ``max_iter=0`` returns
+    ``params`` unchanged (lower bound -inf), as sklearn does.
 
     ``on_safe_point(epochs, snapshot)`` follows every epoch that did not converge; ``resume`` takes such a
     snapshot, or the one a :class:`~implicit_em.mixture._interrupt.FitInterrupted` carries (after any step).
     """
     online = state if state is not None else init_state(params, covariance_type, shift)
+    if max_iter == 0:
+        return FitResult(params, 0, -math.inf, False, False), online
     pos, done = EpochPosition(), False
     if resume is not None:
         params, online, pos, done = _from_snapshot(resume, generator)
@@ -144,10 +150,10 @@ def fit_online_em(
                 callback=callback,
             )
         except FitInterrupted as stop:  # resumes by running the exact iteration again
-            kept = stop.result._replace(n_iter=pos.epoch + stop.result.n_iter)
+            kept = stop.result._replace(n_iter=pos.epoch)
             raise FitInterrupted(kept, online, snapshot()) from None
     converged = result.converged or (pos.epoch < max_iter)
-    return result._replace(n_iter=pos.epoch + result.n_iter, converged=converged), online
+    return result._replace(n_iter=pos.epoch, converged=converged), online
 
 
 def _snapshot(

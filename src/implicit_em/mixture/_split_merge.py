@@ -167,11 +167,24 @@ def fit_split_merge(
     callback: Callback | None = None,
 ) -> tuple[FitResult, int]:
     """Up to ``n_trials`` split-and-merge trials after a converged EM result; returns the best result and the
-    number of accepted moves. The iteration count of the result adds up every EM iteration run."""
+    number of accepted moves.
+
+    The best result is one EM run, as sklearn's ``n_iter_`` and ``lower_bounds_`` describe one run: ``result``
+    itself, or the EM run after the last accepted move, with its own ``n_iter`` (at most ``max_iter``) and its
+    own ``lower_bounds``. The iterations of all trials reach ``callback`` (the estimator counts them in
+    ``n_split_merge_iter_``); they are not added to ``n_iter``.
+    """
     if params_too_few(result.params):
         return result, 0
-    accepted, trials, total_iter = 0, 0, result.n_iter
+    accepted, trials = 0, 0
     best = result
+    bounds: list[float] = []
+
+    def record(epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
+        bounds.append(loglik)
+        if callback is not None:
+            callback(epoch, loglik, seconds, usage)
+
     while trials < n_trials:
         moved = False
         # rank 0 proposes from its sample and every process tries the same moves (EM itself is summed over all)
@@ -180,6 +193,7 @@ def fit_split_merge(
             if trials >= n_trials:
                 break
             trials += 1
+            bounds.clear()
             try:
                 trial = fit_em(
                     data,
@@ -190,19 +204,17 @@ def fit_split_merge(
                     max_iter=max_iter,
                     shift=shift,
                     batch_size=batch_size,
-                    callback=callback,
+                    callback=record,
                 )
-            except FitInterrupted as stop:
-                kept = best._replace(n_iter=total_iter + stop.result.n_iter, interrupted=True, converged=False)
-                raise FitInterrupted(kept, None, None) from None
-            total_iter += trial.n_iter
+            except FitInterrupted:
+                raise FitInterrupted(best._replace(interrupted=True, converged=False), None, None) from None
             if trial.lower_bound > best.lower_bound + tol:
-                best, moved = trial, True
+                best, moved = trial._replace(lower_bounds=tuple(bounds)), True
                 accepted += 1
                 break
         if not moved:
             break
-    return best._replace(n_iter=total_iter), accepted
+    return best, accepted
 
 
 def params_too_few(params: MixtureParams) -> bool:

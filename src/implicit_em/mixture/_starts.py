@@ -9,6 +9,7 @@ stage, so :meth:`Starts.run` can take up any start where it stopped. An interrup
 writes a checkpoint of it, and propagates.
 """
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +82,8 @@ class Starts:
                 self.ckpt.save(self.payload("fit", history, run=stop.snapshot))
             if stop.state is not None:
                 setattr(self.est, self.fitter.state_attr, stop.state)
-            self.est._keep(stop.result, history.records)
+            kept = stop.result if stop.result.lower_bounds else _with_lower_bounds(stop.result, history)
+            self.est._keep(kept, history.records, self.data.dtype)
             raise
         return result, history.records
 
@@ -123,10 +125,11 @@ class Starts:
                 callback=history.epoch,
                 resume=resume,
                 on_safe_point=hook,
+                lower_bound=-math.inf if self.do_init else float(self.est.lower_bound_),  # sklearn's warm start
             )
         if state is not None:
             setattr(self.est, fitter.state_attr, state)
-        return result
+        return _with_lower_bounds(result, history)
 
     def payload(self, stage: str, history: History | None = None, **extra: Any) -> dict[str, Any]:
         """The checkpoint payload now: the progress, the estimator's ``n_split_merge_accepted_`` and, at the
@@ -136,3 +139,12 @@ class Starts:
         online = {"stats": list(state.stats), "step": state.step} if isinstance(state, OnlineState) else None
         records = history.records if history is not None else None
         return self.progress.payload(stage, records, n_split_merge_accepted=accepted, online_state=online, **extra)
+
+
+def _with_lower_bounds(result: FitResult, history: History) -> FitResult:
+    """``result`` with the lower bounds of its ``n_iter`` units: the log-likelihood of the start's first
+    ``n_iter`` history records (the fitter's own; online EM's exact iteration and split-and-merge trials come
+    after them). For "em" each is the mean log-likelihood before that iteration's M-step, as sklearn's
+    ``lower_bounds_``; for "online_em" and "gd" the epoch's running mean, which the stopping rule compares."""
+    records = history.records[: result.n_iter]
+    return result._replace(lower_bounds=tuple(float(h["loglik"]) for h in records))
