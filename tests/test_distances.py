@@ -194,7 +194,7 @@ def test_triangular_log_det_equals_slogdet(covariance_type: str) -> None:
 
 def test_volume_term_gradient_matches_autograd() -> None:
     # Affine form z_j = W_j x + b_j, e_j = ½‖z_j‖² − log|det W_j|, L = log Σ_j exp(−e_j):
-    # ∂L/∂W_j = r_j (W_j^{−T} − z_j xᵀ),  ∂L/∂b_j = −r_j z_j  (DESIGN.md §1), for a general invertible W.
+    # ∂L/∂W_j = r_j (W_j^{−T} − z_j xᵀ),  ∂L/∂b_j = −r_j z_j (paper §3.4), for a general invertible W.
     k, d = 3, 4
     w = (torch.randn(k, d, d, dtype=F64) + 2 * torch.eye(d, dtype=F64)).requires_grad_(True)
     b = torch.randn(k, d, dtype=F64, requires_grad=True)

@@ -252,8 +252,8 @@ def test_full_config_is_the_issue_setting() -> None:
 def test_claim_is_the_reviews_falsifier_as_written() -> None:
     repo = Path(__file__).resolve().parents[1]
     for base in (repo.parent / "shared", repo.parent.parent / "shared"):
-        review = base / "paper" / "review-gradient-dynamics-of-attention.json"
+        review = base / "paper" / "review-gradient-dynamics-of-attention"
         if review.exists():
             assert json.loads(review.read_text())["falsifier"] == aa.EXPERIMENT.claim
             return
-    pytest.skip("no shared/paper/review-gradient-dynamics-of-attention.json beside this checkout")
+    pytest.skip("no shared/paper/review-gradient-dynamics-of-attention beside this checkout")

@@ -133,7 +133,7 @@ def test_loglik_is_the_librarys_and_its_gradients_are_xu_jordans() -> None:
     inv = torch.linalg.inv(th["covs"])
     diff = x[None] - th["means"][:, None]  # (K, N, D)
     scatter = torch.einsum("nk,kna,knb->kab", h, diff, diff)
-    g_cov = 0.5 * inv @ (scatter - nk[:, None, None] * th["covs"]) @ inv  # companion-notes §D
+    g_cov = 0.5 * inv @ (scatter - nk[:, None, None] * th["covs"]) @ inv  # Xu & Jordan 1996
     torch.testing.assert_close(grad["covs"], g_cov, rtol=1e-10, atol=1e-10)
 
 

@@ -100,7 +100,7 @@ def test_a_check_that_cannot_fail_gives_no_verdict(tmp_path: Path, monkeypatch: 
 
 
 def test_review_comment_4_is_quoted_exactly() -> None:
-    review = json.loads(_paper_file("review-implicit-em.json").read_text())
+    review = json.loads(_paper_file("review-implicit-em").read_text())
     comment = review["referee_report"]["major_comments"][3]
     assert comment["section"] == "§4.1, Eq. (6)"
     assert comment["comment"] == theorem1.REVIEW_COMMENT_4

@@ -103,7 +103,7 @@ def test_one_em_step_is_the_xu_jordan_preconditioned_gradient_step() -> None:
 
 
 def test_plain_gradient_step_on_means_is_em_only_with_a_per_component_step() -> None:
-    # The review's test (DESIGN.md §1): with Σ_j = σ² I, μ ← μ + η ∂ℓ/∂μ equals the M-step iff η = σ²/N_j.
+    # The review's test: with Σ_j = σ² I, μ ← μ + η ∂ℓ/∂μ equals the M-step iff η = σ²/N_j.
     x = torch.from_numpy(_blobs(seed=2, n=50, d=2, k=2))[:80]  # 50 and 30 points: N_1 ≠ N_2
     sigma2 = 1.5
     a = torch.tensor([0.5, 0.5], dtype=torch.float64)

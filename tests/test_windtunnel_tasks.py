@@ -1,4 +1,4 @@
-"""Wind-tunnel tasks: exact posteriors against brute force and closed forms (companion notes §A–B)."""
+"""Wind-tunnel tasks: exact posteriors against brute force and closed forms (arXiv 2512.22471 and 2512.22473)."""
 
 import itertools
 import math

@@ -112,7 +112,7 @@ def gaussian_energies(
     log_det: Tensor | None = None,
     volume: bool = True,
 ) -> Float[Tensor, "*batch k"]:
-    r"""Gaussian energies with the volume term (paper §3.4; DESIGN.md §1).
+    r"""Gaussian energies with the volume term (paper §3.4).
 
     .. math::  e_j(x) = \tfrac12 \|z_j\|^2 - \log|\det W_j| + \tfrac{D}{2}\log 2\pi, \qquad z_j = W_j(x - \mu_j)
 

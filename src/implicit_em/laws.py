@@ -1,4 +1,4 @@
-r"""The gradient laws of the paper, one pure function per law (DESIGN.md §1).
+r"""The gradient laws of the paper, one pure function per law (paper §3.4).
 
 Each ``*_law`` function returns the gradient its law *predicts*, computed from tensors without autograd; compare it
 with the gradient autograd measures to check the law. :func:`identity_residual` does that comparison for the three
@@ -172,7 +172,7 @@ def volume_law(
     .. math::  \frac{\partial L}{\partial W_j} = \sum_i r_{ij}\big(W_j^{-\top} - z_{ij}(x_i - \mu_j)^\top\big)
 
     The volume term :math:`-\log|\det W_j|` contributes :math:`r_{ij} W_j^{-\top}`, which keeps :math:`W_j` from
-    collapsing to 0. In the affine form :math:`z_j = W_j x + b_j` (DESIGN.md §1) the same law reads
+    collapsing to 0. In the affine form :math:`z_j = W_j x + b_j` (paper §3.4) the same law reads
     :math:`r_j(W_j^{-\top} - z_j x^\top)`, with :math:`\partial L/\partial b_j = -r_j z_j`.
 
     Args:

@@ -96,7 +96,7 @@ def metric_collapse(
 ) -> Finding | None:
     r"""Fires when :math:`\log|\det W_j|` has fallen by more than ``drop`` nats and fell over the last ``window`` rows.
 
-    Without the volume term the objective is maximised by W → 0 (DESIGN.md §1): log|det W| falls without bound.
+    Without the volume term the objective is maximised by W → 0: log|det W| falls without bound.
     """
     _check_positive("window", window)
     h, labels = _history(log_det, steps)

@@ -1,6 +1,6 @@
 r"""Score-gradient surgery for ``advantage_ablation``: a softmax whose backward pass is the routing law, or not.
 
-The attention law (companion notes §B; DESIGN.md §1): with scores :math:`s_{ij}`, weights
+The attention law (Agarwal, Dalal & Misra, arXiv 2512.22473; paper §4.2): with scores :math:`s_{ij}`, weights
 :math:`\alpha_i = \mathrm{softmax}(s_i)` over the visible keys, output :math:`y_i = \sum_j \alpha_{ij} v_j` and
 upstream gradient :math:`u_i = \partial\ell/\partial y_i`,
 

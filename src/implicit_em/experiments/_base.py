@@ -4,7 +4,7 @@ Every experiment quotes the claim it tests (with its section of the paper or the
 a frozen dataclass ``Config`` holding its quick size (seconds: ``make demo`` and the tests), its full size, a
 ``seed``, and the thresholds its verdict uses, each with a comment saying where it comes from; so the thresholds are
 fixed before ``run(cfg, ctx)`` sees a number. The verdict is computed from :class:`Criterion` records (metric,
-comparison, threshold, measured, passed) made by :func:`criterion`, and is one of (DESIGN.md §3):
+comparison, threshold, measured, passed) made by :func:`criterion`, and is one of:
 
 - ``SUPPORTED``: the numbers meet the claim as written;
 - ``PARTIAL``: a weaker reading holds, the claim as written does not (the summary says which is which);

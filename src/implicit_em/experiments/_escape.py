@@ -1,5 +1,5 @@
 r"""The one-cluster escape of ``mixing_weight_escape``: data, E-step, the five update rules, a batched runner and
-the directions along a path (Zhang, Poupart & Trimponias 2019 as in companion-notes §D; Xu & Jordan 1996).
+the directions along a path (Zhang, Poupart & Trimponias 2019 as in the classical EM literature; Xu & Jordan 1996).
 
 Two components with identity covariances (known), float64, full batch; component 0 is the one cluster, component 1
 starts with weight w₀. Every rule is written from the sufficient statistics N_j = Σ_i r_ij, S_j = Σ_i r_ij x_i of
@@ -113,7 +113,7 @@ def gradient(alpha: Tensor, means: Tensor, nk: Tensor, sx: Tensor, n: int) -> tu
 
 
 def xu_jordan(alpha: Tensor, means: Tensor, nk: Tensor, sx: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    r"""P(θ)∇ℓ (Xu & Jordan 1996; companion-notes §D) on the free weights and the means.
+    r"""P(θ)∇ℓ (Xu & Jordan 1996) on the free weights and the means.
 
     .. math::  P_A \nabla_\pi\ell = (\mathrm{diag}\,\pi - \pi\pi^\top)\,\frac{N_j}{N\pi_j},\qquad
                P_{\mu_j}\nabla_{\mu_j}\ell = \frac{N}{N_j}\,\Sigma_j\,\frac{S_j - N_j\mu_j}{N}

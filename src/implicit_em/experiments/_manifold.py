@@ -2,7 +2,7 @@ r"""Geometry read off a trained model: the value-manifold signature and principa
 
 Shared by ``advantage_ablation``, ``sticky_manifold`` and ``two_timescale``.
 
-- **Value-manifold signature** (companion notes §A/§C, 2512.22473 / 2512.23752): PCA over the final-layer
+- **Value-manifold signature** (Agarwal, Dalal & Misra, arXiv 2512.22471 and 2512.23752): PCA over the final-layer
   residuals (or value vectors) at the value positions; the share of variance on the first principal component
   (PC1), on the first two, the participation ratio :math:`(\sum_k \lambda_k)^2 / \sum_k \lambda_k^2`, and the
   Spearman rank correlation of the PC1 coordinate with the exact Bayes entropy at the same positions. The sign

@@ -1,6 +1,6 @@
 r"""Is the advantage term of the attention gradient needed for posterior tracking and the value manifold?
 
-Falsifier (review-gradient-dynamics-of-attention.json, "falsifier", of arXiv 2512.22473): "Run the sticky
+Falsifier (review-gradient-dynamics-of-attention, "falsifier", of arXiv 2512.22473): "Run the sticky
 Markov-chain simulation with the advantage term removed from the attention gradient while still minimizing
 cross-entropy; check whether the low-dimensional manifolds required for accurate Bayesian inference still appear."
 The claim it attacks (the review's key machinery): "The advantage-based routing law for attention scores
@@ -16,7 +16,7 @@ the advantages permuted among the visible keys of each query row by a fixed perm
 Values, W_O and every path not through the scores keep their exact gradients; all arms share the initialisation,
 the data stream, the optimiser and the number of steps. Two tasks:
 
-- the bijection wind tunnel, V = 20, keys without replacement (companion notes §A, as ``bayes_necessity``): the
+- the bijection wind tunnel, V = 20, keys without replacement (arXiv 2512.22471, as ``bayes_necessity``): the
   wind tunnel's causal transformer (2 layers, 2 heads, d_model 32) with AdamW; held-out KL(Bayes ‖ model) at the
   key positions, and the value-manifold signature of the final-layer residual (after the last block, before the
   final LayerNorm) at the key positions, where the model predicts a value, against the exact Bayes entropy;
@@ -134,7 +134,7 @@ class Config:
     ratio_necessary: float = 10.0  # the issue: "B and D end >= 10x worse in KL"
     ratio_falsifier: float = 2.0  # the issue: "B or D come within 2x of A"
     learned_fraction: float = 0.1  # A tracks: KL <= 0.1 x no-context KL (bayes_necessity's tracking bar)
-    rho_min: float = 0.5  # "orders by posterior entropy" (companion notes §A): |Spearman ρ| at least 0.5
+    rho_min: float = 0.5  # "orders by posterior entropy" (arXiv 2512.22471): |Spearman ρ| at least 0.5
     sig_margin: float = 0.1  # above the random init, and how far below arm A still counts as present
     grad_tol: float = 1e-12  # float64 round-off for the Function's gradient checks
 
@@ -513,8 +513,7 @@ EXPERIMENT = Experiment(
         "inference still appear."
     ),
     source=(
-        "review-gradient-dynamics-of-attention.json: falsifier (arXiv 2512.22473; the law as implicit-EM paper "
-        "§4.2, §4.4)"
+        "review-gradient-dynamics-of-attention: falsifier (arXiv 2512.22473; the law as implicit-EM paper §4.2, §4.4)"
     ),
     Config=Config,
     run=run,

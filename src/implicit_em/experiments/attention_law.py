@@ -9,7 +9,7 @@ underlying parameters—:math:`W_Q`, :math:`W_K`, :math:`W_V`—accumulate respo
 queries and all training examples". §4.4: "When the LSE is inside the network (attention), value gradients are
 exactly responsibility-weighted while score gradients are responsibility-gated advantages." The stored text does
 not define :math:`g, a, \bar a`; we read :math:`g_i = \partial L/\partial o_i` (the upstream gradient),
-:math:`a_{ij} = g_i \cdot v_j` and :math:`\bar a_i = \sum_k \alpha_{ik} a_{ik}` (DESIGN.md §1's :math:`b_{ij}`),
+:math:`a_{ij} = g_i \cdot v_j` and :math:`\bar a_i = \sum_k \alpha_{ik} a_{ik}`,
 the reading under which the displayed equation is the chain rule.
 
 Method. A small causal transformer (:class:`implicit_em.windtunnel.models.CausalTransformer`) is trained for a few
@@ -656,7 +656,7 @@ def _run(cfg: Config, ctx: Context) -> Result:
         f"{_median(g_norm[diff]):.2e} on diffuse ones. The replaced rule (score gradient ≈ −c·α, Theorem 1 as the "
         f"referee reads it) gives {old_rule}: its residual is {min(referee):.2f}–{max(referee):.2f} per head, and "
         "cannot fall below 1/√T because score-gradient rows sum to 0 while α sums to 1. The stored paper text does "
-        "not define a_ij, ā_i, g_i (read as g_i·v_j, its α-mean, ∂ℓ/∂o_i, as in DESIGN.md §1)."
+        "not define a_ij, ā_i, g_i (read as g_i·v_j, its α-mean, ∂ℓ/∂o_i, the usual reading)."
     )
     return Result(
         verdict, summary, metrics, criteria, [_figure(ctx, shown["points"], pooled, heads, losses, cfg)], details
@@ -673,7 +673,7 @@ EXPERIMENT = Experiment(
         "score gradients are responsibility-gated advantages."
     ),
     source="paper §4.2 (with its laws for ∂L/∂v_j, ∂L/∂s_ij, ∂L/∂W_V and the Hopfield identity) and §4.4; "
-    "review-implicit-em.json: referee major comment 2 ('softmax attention is a network layer, not a loss')",
+    "review-implicit-em: referee major comment 2 ('softmax attention is a network layer, not a loss')",
     Config=Config,
     run=run,
 )

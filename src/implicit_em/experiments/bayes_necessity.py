@@ -3,7 +3,7 @@ r"""Is Bayesian structure a necessary consequence of the LSE objective? The inde
 Claim (paper §1 and §1.3): the Bayesian behaviour of trained transformers (uncertainty tracking that matches
 the exact posterior in the wind tunnels of Agarwal et al.) is "forced by the geometry of the loss rather than
 emergent", a "necessary consequence" of log-sum-exp objectives. The referee's major comment 3
-(review-implicit-em.json) calls this "a central overclaim": the gradient identity constrains per-step dynamics,
+(review-implicit-em) calls this "a central overclaim": the gradient identity constrains per-step dynamics,
 not where training ends. Paper §6.1 supplies the control: with independent sigmoids "responsibilities do not
 exist" and such systems "do not perform mixture inference".
 
@@ -522,7 +522,7 @@ EXPERIMENT = Experiment(
         "Agarwal et al. (2025b) is forced by the geometry of the loss rather than emergent."
     ),
     source=(
-        "paper §1 and §1.3 (control: §6.1, independent sigmoids); review-implicit-em.json: referee major comment 3 "
+        "paper §1 and §1.3 (control: §6.1, independent sigmoids); review-implicit-em: referee major comment 3 "
         "(\"The conclusion that Bayesian structure in trained transformers is 'a necessary consequence of the "
         "objective geometry' is unsupported.\")"
     ),

@@ -10,7 +10,7 @@ The claim, as written in paper/implicit-em-paper.md. §4.4, after the correntrop
 §7.1: "Correntropy assumes outliers should be ignored." §7.2: "if independent predictions or robust outlier handling
 are preferred, it should be deliberately avoided" (the LSE structure). The paper does not say that independent
 sigmoids ignore outliers: §6.1 says only that with them "responsibilities do not exist" and "A point can be equally
-close to all prototypes or far from all of them". DESIGN.md §1 and this experiment's issue group independent
+close to all prototypes or far from all of them". This experiment's issue groups independent
 sigmoids with correntropy ("far outliers get vanishing gradient"); that reading is measured too, with the same rule,
 and reported next to the verdict, not folded into it.
 
@@ -344,7 +344,7 @@ def run(cfg: Config, ctx: Context) -> Result:
         f"(C2 bar {cfg.move_shift_se * cfg.standard_error:.3g} s); duplicate rate without outliers: correntropy "
         f"{_mean(dup['correntropy']):.2f}, LSE {_mean(dup['lse']):.2f} (mean over seeds). Parts: "
         + ", ".join(f"{k} {'holds' if v else 'fails'}" for k, v in parts.items())
-        + f". Independent sigmoids (DESIGN.md's reading, not the paper's): far shift ≥ "
+        + f". Independent sigmoids (the issue's reading, not the paper's): far shift ≥ "
         f"{min(med['sigmoid'][i] for i in far):.2g} s, duplicate rate {_mean(dup['sigmoid']):.2f}: the reading is "
         f"{sigmoid_reading}."
     )
@@ -382,7 +382,7 @@ def run(cfg: Config, ctx: Context) -> Result:
         "closed form vs autograd, max relative miss": closed_rel,
         "planted closed form vs autograd, min relative miss": planted_rel,
         "final gradient norm, max over fits": grad_norm,
-        "independent-sigmoid reading (DESIGN.md §1, not the paper)": sigmoid_reading,
+        "independent-sigmoid reading (the issue's, not the paper's)": sigmoid_reading,
         "parts": parts,
     }
     return Result(
@@ -571,7 +571,7 @@ EXPERIMENT = Experiment(
     "responsibilities. With both, implicit EM follows necessarily; with exponentiation alone, the model gains "
     "robustness but forgoes the assignment structure.' (for L=∑_j (1−exp(−d_j²/σ²))); §7.1: 'Correntropy assumes "
     "outliers should be ignored.'",
-    source="paper §4.4, §7.1 (and §7.2); independent sigmoids ignoring outliers is DESIGN.md §1's reading (§6.1 does "
+    source="paper §4.4, §7.1 (and §7.2); independent sigmoids ignoring outliers is the issue's reading (§6.1 does "
     "not say it), measured and reported beside the verdict",
     Config=Config,
     run=run,

@@ -2,7 +2,7 @@ r"""Cross-entropy as the constrained regime: the label clamps one responsibility
 
 Claim (paper §4.3): with :math:`\ell = d_y + \log\sum_k \exp(-d_k)` "the label acts as a clamp", and
 "competition among incorrect classes remains intact ... the classes with highest :math:`r_j` are penalized most
-strongly. The repulsion is responsibility-weighted rather than uniform." In symbols (DESIGN.md §1):
+strongly. The repulsion is responsibility-weighted rather than uniform." In symbols:
 :math:`\partial\ell/\partial d_k = 1[k=y] - r_k`, and with soft targets :math:`t` (label smoothing)
 :math:`t_k - r_k`.
 

@@ -16,7 +16,7 @@ The claims, as written in paper/implicit-em-paper.md:
    responsibilities exactly; a fuller treatment would model soft or probabilistic supervision as partial
    constraints on the responsibility structure. This could bring semi-supervised learning, label smoothing, and
    learning from crowds under the same analysis." The paper states no formula here; the audit reads it as
-   DESIGN.md §1 does: with smoothed targets :math:`t = (1-\varepsilon)\,e_y + \varepsilon/K`, cross-entropy on
+   the standard reading does: with smoothed targets :math:`t = (1-\varepsilon)\,e_y + \varepsilon/K`, cross-entropy on
    logits :math:`-d` has :math:`\partial\ell/\partial d_k = t_k - r_k`, so the label clamps :math:`r` to :math:`t`,
    whose top entry is :math:`1 - \varepsilon(K-1)/K`, not 1 (a partial clamp: zero gradient at :math:`r = t`).
 
@@ -483,7 +483,7 @@ def run(cfg: Config, ctx: Context) -> Result:
         "an error the same check must catch in every draw; if one passes, the run raises instead of giving a "
         "verdict. The Hopfield identity holds as written (values = keys); for values v = W k the read-out is "
         "W∇_qE, a linear image of the gradient, and the read-out itself misses ∇_qE (a control). §7.3 gives no "
-        "formula for label smoothing: the audit checks DESIGN.md's reading, ∂ℓ/∂d = t − r with the smoothed t, "
+        "formula for label smoothing: the audit checks the standard reading, ∂ℓ/∂d = t − r with the smoothed t, "
         "whose fixed point r = t puts 1 − ε(K−1)/K, not 1, on the label (a partial clamp).",
     )
 
@@ -520,7 +520,7 @@ EXPERIMENT = Experiment(
     "query is ∑_j α_j k_j: the attention read-out is the gradient of a log-sum-exp energy'; §7.3: 'a fuller "
     "treatment would model soft or probabilistic supervision as partial constraints on the responsibility "
     "structure. This could bring [...] label smoothing [...] under the same analysis' (read as ∂ℓ/∂d = t − r).",
-    source="paper §2.1, §2.2, §4.2, §7.3 (the label-smoothing formula is DESIGN.md §1's reading; the paper gives none)",
+    source="paper §2.1, §2.2, §4.2, §7.3 (the label-smoothing formula is t − r with smoothed t; the paper gives none)",
     Config=Config,
     run=run,
 )

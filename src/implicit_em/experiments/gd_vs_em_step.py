@@ -23,7 +23,7 @@ Method, in float64.
    g_j = S_j δ_j / σ² and δ = μ^EM − μ; the per-component steps σ²/S_j (Xu–Jordan in 1-D). Paths: EM and gradient
    descent with that best single η, ``iterations`` steps each: the largest gap between the two paths and the
    iterations each needs to come within 1e-8 nats/sample of the better end point.
-2. **Xu & Jordan's block preconditioner at every iterate of an EM run** (companion-notes §D). Data from a planted
+2. **Xu & Jordan's block preconditioner at every iterate of an EM run** (Xu & Jordan 1996). Data from a planted
    full-covariance mixture (D = 3, K = 4, weights 0.4/0.3/0.2/0.1); EM from a crude start (means at K data
    points, every Σ_j the data covariance, α uniform). At every iterate θ = (α, m, Σ) the gradient ∇ℓ of the
    mixture log-likelihood (autograd; α free, no simplex constraint; Σ_j a free matrix) and EM's update, with
@@ -237,7 +237,7 @@ def _gmm_loglik(x: Tensor, alpha: Tensor, means: Tensor, covs: Tensor) -> Tensor
 
 
 def _em_update(x: Tensor, alpha: Tensor, means: Tensor, covs: Tensor) -> dict[str, Tensor]:
-    """E-step and M-step (DESIGN.md §1, no ridge): N_j, α^EM, m^EM, the scatter about the old means and the usual
+    """E-step and M-step (no ridge): N_j, α^EM, m^EM, the scatter about the old means and the usual
     Σ^EM about the new means."""
     with torch.no_grad():
         h = torch.softmax(alpha.log() + _log_gauss(x, means, covs), dim=1)  # (N, K)
@@ -264,7 +264,7 @@ def _log_gauss(x: Tensor, means: Tensor, covs: Tensor) -> Tensor:
 
 
 def _preconditioned(theta: dict[str, Tensor], grad: dict[str, Tensor], nk: Tensor, n: int) -> dict[str, Tensor]:
-    """θ + P(θ)∇ℓ(θ) block by block (Xu & Jordan 1996; companion-notes §D)."""
+    """θ + P(θ)∇ℓ(θ) block by block (Xu & Jordan 1996)."""
     a, ga = theta["alpha"], grad["alpha"]
     covs = theta["covs"]
     return {
@@ -589,7 +589,7 @@ EXPERIMENT = Experiment(
     "positive-definite preconditioner (Xu and Jordan, 1996)—the two methods share update structure, though not "
     'trajectories (Zhang et al., 2020).")',
     source="paper §1.4 (One interpretation), §3.2; review-implicit-em skeptic's concrete test; Xu & Jordan (1996) "
-    "as in companion-notes §D",
+    "as in the classical EM literature",
     Config=Config,
     run=run,
 )

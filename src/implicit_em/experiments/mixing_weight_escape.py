@@ -9,11 +9,11 @@ structure, though not trajectories (Zhang et al., 2020)." §1.4 (One interpretat
 review-implicit-em: "Alternatively, compare the parameter-update trajectory of gradient descent on an LSE mixture
 objective with the explicit EM update trajectory; if they diverge in a way not explainable by learning rate, the
 'implicit EM' equivalence is not exact." (The paper's bibliography gives [21] as Zhang, Hsu, Maleki and Dhillon,
-ICML 2020; companion-notes §D gives the arXiv record 1907.03783 as Zhang, Poupart and Trimponias, UAI 2019, whose
+ICML 2020; the arXiv record 1907.03783 as Zhang, Poupart and Trimponias, UAI 2019, whose
 result is the one used here: EM escapes a one-cluster region exponentially fast, because its mixing-weight update
 is multiplicative, π_c ← π_c Z_c; gradient descent does not.)
 
-Setting (Zhang et al.'s demo, companion-notes §D): 2-D data from ½N((−s, 0), I) + ½N((s, 0), I), s =
+Setting (Zhang et al.'s demo): 2-D data from ½N((−s, 0), I) + ½N((s, 0), I), s =
 ``separation``; a two-component model with known identity covariances, so the parameters are the mixing weights
 and the means. One-cluster start: the big component has weight 1 − w₀ and the sample mean x̄ (the one-cluster
 maximum-likelihood mean), the small one weight w₀ and mean x̄ + ``offset``·√λ₁·v₁ (λ₁, v₁ the top eigenpair of
@@ -28,14 +28,14 @@ The methods, all from the sufficient statistics N_j = Σ_i r_ij and S_j = Σ_i r
   iteration of the library's ``GaussianMixture(fitter="em")``);
 - GD: gradient ascent on ℓ with one constant step η for all parameters, the weights parametrised by softmax
   logits θ (π = softmax θ): θ_j ← θ_j + η(N_j/N − π_j), μ_j ← μ_j + η(S_j − N_j μ_j)/N. Why logits: they are
-  the library's gradient-descent parametrisation (``mixture/_gd.py``: log π = log_softmax(logits), DESIGN.md §1
+  the library's gradient-descent parametrisation (``mixture/_gd.py``: log π = log_softmax(logits)
   "log π as a free, normalised parameter") and a softmax output layer's, so they are what "gradient descent on an
   LSE mixture objective" means for the paper's neural networks; they need no projection. Their gradient for the
   small logit is π_c(Z_c − 1), proportional to the weight, so the escape time should scale like 1/w₀ where EM's
   scales like log(1/w₀). The gradient is checked at every start against autograd of the library's loss
   (``mixture_nll`` of ``gaussian_energies`` with log_softmax weights, the loss ``_gd.batch_loss`` uses);
 - XJ (the control): Xu & Jordan's preconditioned gradient, θ ← θ + η P(θ)∇ℓ with P_A = diag(π) − ππᵀ on the free
-  weights and P_μj = Σ_j N/N_j on the means (companion-notes §D, mean log-likelihood); at η = 1 it is EM;
+  weights and P_μj = Σ_j N/N_j on the means (mean log-likelihood); at η = 1 it is EM;
 - reported, not deciding: projected gradient ascent directly on π (π ← Proj_simplex(π + η∇_π ℓ), Zhang et al.'s
   GD) and Adam on (θ, μ) at the learning rates ``adam_lrs`` (0.01 is the library's default), to show how much of
   the gap the parametrisation and the optimiser carry.
@@ -584,7 +584,7 @@ EXPERIMENT = Experiment(
     "explicit EM update trajectory; if they diverge in a way not explainable by learning rate, the 'implicit EM' "
     "equivalence is not exact.",
     source="paper §3.2, §1.4; review-implicit-em falsifier (second half); Zhang, Poupart, Trimponias (2019) as in "
-    "companion-notes §D",
+    "Xu & Jordan 1996",
     Config=Config,
     run=run,
 )

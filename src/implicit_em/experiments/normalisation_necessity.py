@@ -157,7 +157,7 @@ class Config:
     # small transformers match the posterior to 1e-3 - 1e-4 bits; one order of magnitude below the floor is the
     # weakest reading of tracking).
     learned_fraction: float = 0.1
-    # "reaches <= 2x the softmax arm's KL": the issue's rule (issue 12 item 5); companion notes §A: reruns of one
+    # "reaches <= 2x the softmax arm's KL": the issue's rule (issue 12 item 5); arXiv 2512.22471: reruns of one
     # recipe differ by 2.3x, so within 2x an arm is as good as softmax; removing a necessary ingredient should cost
     # far more.
     ratio_tol: float = 2.0
@@ -566,7 +566,7 @@ EXPERIMENT = Experiment(
         "consequence of the objectives used to train them, not a property of the architecture."
     ),
     source=(
-        "paper §1, §1.3 and §8; review-implicit-em.json: referee major comment 3; issue 12 item 5 (arms with no "
+        "paper §1, §1.3 and §8; review-implicit-em: referee major comment 3; issue 12 item 5 (arms with no "
         "softmax in the network or the loss)"
     ),
     Config=Config,

@@ -73,7 +73,7 @@ there, so the review's "> 2σ over a random-initialization baseline" alone does 
 training; the alignment threshold does (the shuffled arm stays under it). ``adam_vs_shuffled_*`` pairs the two
 Adam arms (same inits, same sequence order): the gain that comes from the task's labels.
 
-The value-manifold signature (companion notes §A, §C), reported, not deciding: PCA of the head's attention output
+The value-manifold signature (arXiv 2512.22471, 2512.23752), reported, not deciding: PCA of the head's attention output
 o_t = sum_j alpha_tj v_j (15-d, what W_O reads; the head has no residual stream) at every held-out position, with
 the PC1 share, PC1+PC2, participation ratio and |Spearman ρ| of PC1 with the exact Bayes predictive entropy
 (``_manifold.value_manifold_signature``), at init and after each arm, paired; next to it the same signature of the
@@ -154,8 +154,8 @@ class Config:
     random_se_tol: float = 4.0  # random heads' mean within 4 standard errors of 7/20 (a false alarm at 6e-5)
     min_gain_nats: float = 0.1  # "learns": held-out loss falls by >= 0.1 nats (5% of log 8)
     plateau_fraction: float = 0.2  # "plateaus": the second half of the steps brings <= 20% of the held-out gain
-    companion_pc1: float = 0.8  # reported only: companion notes §A, PC1 > 80% of the variance
-    companion_pc12: float = 0.3  # reported only: companion notes §C, PC1+PC2 > 30%
+    companion_pc1: float = 0.8  # reported only: Agarwal, Dalal & Misra, arXiv 2512.22471, PC1 > 80% of the variance
+    companion_pc12: float = 0.3  # reported only: arXiv 2512.23752, PC1+PC2 > 30%
 
     @classmethod
     def quick(cls) -> "Config":
@@ -476,7 +476,7 @@ EXPERIMENT = Experiment(
         "not hold.'"
     ),
     source=(
-        "review-gradient-dynamics-of-attention.json: skeptic's load-bearing attack and concrete test, manifold "
+        "review-gradient-dynamics-of-attention: skeptic's load-bearing attack and concrete test, manifold "
         "half (arXiv 2512.22473 §4.2; implicit-em paper §1.2-1.3)"
     ),
     Config=Config,

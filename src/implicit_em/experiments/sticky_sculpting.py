@@ -35,7 +35,7 @@ a far larger step: measured at the quick size, seed 0, the head then memorised i
 loss 0.60 nats against the Bayes predictive's 1.43, and its held-out KL rose from 1.11 to 3.05 bits; REFUTED too.)
 Sequence length: T = 250 (quick) and 500 (full) instead of the paper's 2000, since 30 runs cost T² each.
 
-Model and optimiser (companion notes §B): :class:`implicit_em.windtunnel.StickyMarkovTask` (8 symbols on a ring,
+Model and optimiser (arXiv 2512.22473): :class:`implicit_em.windtunnel.StickyMarkovTask` (8 symbols on a ring,
 x_t = mu_{y_{t-1}} + eps_t in D = 20, target y_t), one causal attention head with no residual and no MLP:
 logits = softmax_causal((x W_Q)(x W_K)^T / sqrt(10)) (x W_V) W_O with W_Q, W_K 20x10, W_V 20x15, W_O 15x8, init
 N(0, 0.1²); full-batch SGD, lr 0.01, 1000 steps on one training sequence.
@@ -109,7 +109,7 @@ __all__ = [
 ]
 
 SHAPES = {"W_Q": (20, 10), "W_K": (20, 10), "W_V": (20, 15), "W_O": (15, 8)}
-PAPER_STAY, PAPER_NOISE = 0.3, 1.0  # companion notes §B: the paper's chain
+PAPER_STAY, PAPER_NOISE = 0.3, 1.0  # Agarwal, Dalal & Misra, arXiv 2512.22473: the paper's chain
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class Config:
     n_inits: int = 6
     n_sequences: int = 2
     n_heldout: int = 2
-    # the paper's optimiser and initialisation (companion notes §B)
+    # the paper's optimiser and initialisation (Agarwal, Dalal & Misra, arXiv 2512.22473)
     steps: int = 1000
     lr: float = 0.01
     init_std: float = 0.1
@@ -445,7 +445,7 @@ EXPERIMENT = Experiment(
         "work' is supported only by qualitative specialization in the sticky Markov-chain simulations (§4)."
     ),
     source=(
-        "review-gradient-dynamics-of-attention.json: skeptic's load-bearing attack and concrete test, posterior "
+        "review-gradient-dynamics-of-attention: skeptic's load-bearing attack and concrete test, posterior "
         "half (arXiv 2512.22473 §4.2)"
     ),
     Config=Config,

@@ -571,8 +571,8 @@ EXPERIMENT = Experiment(
         "two-timescale structure that mirrors the E-step and M-step of classical expectation-maximization."
     ),
     source=(
-        "paper §1.2 (and §5.3), from arXiv 2512.22473; its 'EM-like' arm (lr 0.1 on W_V only, companion notes §B); "
-        "review-gradient-dynamics-of-attention.json: the two-timescale EM picture"
+        "paper §1.2 (and §5.3), from arXiv 2512.22473; its 'EM-like' arm (lr 0.1 on W_V only, arXiv 2512.22473); "
+        "review-gradient-dynamics-of-attention: the two-timescale EM picture"
     ),
     Config=Config,
     run=run,

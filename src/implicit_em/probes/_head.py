@@ -1,7 +1,7 @@
 r"""The head probe: responsibilities read out of the gradient at a distances or logits tensor (paper §4).
 
 For distances :math:`d` (N, K) and responsibilities :math:`r = \mathrm{softmax}(\log\pi - d)`, the three
-regimes of DESIGN.md §1 give the gradient of the user's own loss at :math:`d` exactly:
+regimes of the paper (§4.1 to §4.3) give the gradient of the user's own loss at :math:`d` exactly:
 
 * ``"unsupervised"``: :math:`\ell = -\log\sum_j \pi_j e^{-d_j}` (mixture NLL, minimised):
   :math:`r = \partial\ell/\partial d`;

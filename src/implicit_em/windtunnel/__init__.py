@@ -1,6 +1,6 @@
 """Bayesian wind tunnels: tasks with exact posteriors, small models, a training loop, metrics in bits.
 
-See docs/windtunnel.md and companion notes §A–B.
+See docs/windtunnel.md and Agarwal, Dalal & Misra, arXiv 2512.22471 and 2512.22473.
 """
 
 from implicit_em.windtunnel.config import WindTunnelConfig

@@ -6,7 +6,7 @@ scores the positions a task asks for. The transformer's attention goes through
 
 The MLP sees the same tokens but one at a time (token and position embedding, then a per-position MLP): it has
 no access to context, so its best possible predictor is the no-context one, and its error is the "no-context
-floor" of companion notes §A. Its width is chosen so its parameter count is within 10% of the transformer's.
+floor" of arXiv 2512.22471. Its width is chosen so its parameter count is within 10% of the transformer's.
 
 The prefix MLP is the context-seeing control: at position t it reads the whole prefix, flattened (one-hot tokens of
 positions 0..t, zero-padded to ``max_len``), through a plain MLP: context without attention, and without any

@@ -1,4 +1,4 @@
-r"""Bayesian wind tunnels: tasks whose posterior predictive is known exactly (companion notes §A–B).
+r"""Bayesian wind tunnels: tasks whose posterior predictive is known exactly (arXiv 2512.22471 and 2512.22473).
 
 Each task is a seeded generator of batches. A batch carries the tokens, the positions where the model
 predicts, and the exact posterior predictive at each of them, computed in float64, so a trained model can be
