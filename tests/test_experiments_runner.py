@@ -284,9 +284,10 @@ def test_report_shows_criteria_and_provenance(fake: ModuleType, tmp_path: Path) 
     run_audit(out, progress=False)
     html = (out / "report.html").read_text()
     p = _results(out)["provenance"]
-    assert "<th>criterion (metric)</th>" in html
-    assert "<td>x</td><td>&lt;=</td><td>1</td><td>0.5</td><td class='pass'>pass</td>" in html
-    assert "provenance" in html and "numpy" in html and "scikit-learn" in html
+    assert "<th>criterion</th>" in html  # the criteria table: measured, comparison, threshold, met
+    row = '<td>x</td><td class="num">0.5</td><td class="cmp">≤</td><td class="num">1</td>'
+    assert '<tr class="pass">' + row + '<td class="mark" aria-label="met">✓</td></tr>' in html
+    assert "versions" in html and "numpy" in html and "scikit-learn" in html
     assert (p["commit"][:12] if p["commit"] else "not a git checkout") in html
     assert "config " + _results(out)["experiments"]["fake"]["config_hash"][:12] in html
 
