@@ -246,11 +246,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         fitter = REGISTRY[settings.fitter]
         data = self._source(X, reset=True)
         group = _distributed.active()
-        if group and not fitter.distributed:
-            raise NotImplementedError(
-                f'fitter="{self.fitter}" is not distributed (it steps per mini-batch); in a process group use '
-                'fitter="em", whose statistics are summed over all processes'
-            )
+        if group and not fitter.distributed:  # every registered fitter runs in a process group (issue 14)
+            raise NotImplementedError(f'fitter="{self.fitter}" does not run in a torch.distributed process group')
         if group and path is not None:
             raise NotImplementedError(
                 "checkpoint is not supported in a process group (every process would write the same file); fit "
