@@ -105,15 +105,6 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return box[0]
 
 
-def total_count(n: int, device: torch.device) -> int:
-    """The number of samples over all processes."""
-    if not active():
-        return n
-    t = torch.tensor([float(n)], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(t)
-    return int(t.item())
-
-
 def world_size() -> int:
     """The number of processes (1 outside a process group)."""
     return torch.distributed.get_world_size() if active() else 1
