@@ -1,7 +1,17 @@
-"""Batch EM over two processes (torch.distributed, gloo on CPU) equals batch EM on the concatenated data."""
+"""All three fitters over two processes (torch.distributed, gloo on CPU) equal the single-process fit on the
+concatenated data, from the default start too (issue 14).
+
+One module-scoped fixture spawns two gloo processes with unequal shards (1000 and 1800 rows) that run every case
+of :data:`CASES` and save what they fitted; each test compares one case with the single-process fit of the same
+estimator on the concatenated data. On the old code every default case failed: rank 0's k-means start and
+split-and-merge proposals came from its own shard (means 1.0 apart here), and online EM and gradient descent
+raised ``NotImplementedError``.
+"""
 
 import os
+import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -10,8 +20,30 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from implicit_em.mixture import GaussianMixture
+from implicit_em.mixture import _gaussian_mixture as gm_module
 
 WORLD = 2
+SPLIT = 1000  # rank 0 holds rows [0, 1000), rank 1 rows [1000, 2800)
+BATCH = 300  # rows per batch of the stream cases
+
+#: name -> (estimator parameters, data kind, k-means sample rows, split-and-merge sample rows). A sample smaller
+#: than the data (1000 or 1500 rows of 2800) exercises the global draw of row indices (or stream keys).
+CASES: dict[str, tuple[dict[str, Any], str, int, int]] = {
+    "em_given_start": ({"split_merge": 0, "tol": 1e-8, "given": True}, "array", 200_000, 50_000),
+    "em_default": ({}, "array", 200_000, 50_000),
+    "em_default_subsample": ({}, "array", 1000, 1500),
+    "em_default_memmap": ({}, "memmap", 1000, 1500),
+    "em_default_stream": ({}, "stream", 1000, 1500),
+    "online_em_default": ({"fitter": "online_em", "batch_size": 256}, "array", 1000, 1500),
+    "online_em_stream": ({"fitter": "online_em", "given": True}, "stream", 200_000, 50_000),
+    "gd_default": ({"fitter": "gd", "batch_size": 256, "max_iter": 40}, "array", 1000, 1500),
+    "gd_diag_float32": (
+        {"fitter": "gd", "batch_size": 512, "max_iter": 10, "covariance_type": "diag", "dtype": "float32"},
+        "array",
+        200_000,
+        50_000,
+    ),
+}
 
 
 def _data() -> np.ndarray:
@@ -28,48 +60,124 @@ def _start() -> dict[str, np.ndarray]:
     }
 
 
-def _worker(rank: int, init_file: str, out_dir: str) -> None:
+def _estimator(params: dict[str, Any]) -> GaussianMixture:
+    params = dict(params)
+    start = _start() if params.pop("given", False) else {}
+    return GaussianMixture(4, random_state=0, **params, **start)
+
+
+def _batches(x: np.ndarray) -> list[np.ndarray]:
+    return [x[s : s + BATCH] for s in range(0, len(x), BATCH)]
+
+
+def _shard(kind: str, rank: int, npy: str) -> Any:
+    lo, hi = (0, SPLIT) if rank == 0 else (SPLIT, 2800)
+    if kind == "memmap":
+        return np.load(npy, mmap_mode="r")[lo:hi]  # a slice of a memmap is a memmap
+    x = _data()[lo:hi]
+    return _batches(x) if kind == "stream" else x
+
+
+def _fit(name: str, x: Any) -> dict[str, Any]:
+    params, _, init_rows, sm_rows = CASES[name]
+    gm_module._INIT_SAMPLE, gm_module._SPLIT_MERGE_SAMPLE = init_rows, sm_rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning of the short gd fits
+        est = _estimator(params).fit(x)
+    return {
+        "weights": est.weights_,
+        "means": est.means_,
+        "covariances": est.covariances_,
+        "lower_bound": est.lower_bound_,
+        "n_iter": est.n_iter_,
+        "accepted": getattr(est, "n_split_merge_accepted_", -1),
+    }
+
+
+def _worker(rank: int, init_file: str, out_dir: str, npy: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
-        x = _data()
-        shard = np.array_split(x, [1000])[rank]  # unequal shards: 1000 and 1800 rows
-        given = GaussianMixture(4, split_merge=0, tol=1e-8, random_state=0, **_start()).fit(shard)
-        default = GaussianMixture(4, random_state=0).fit(shard)
-        np.savez(
-            Path(out_dir) / f"rank{rank}.npz",
-            given_means=given.means_,
-            given_cov=given.covariances_,
-            given_weights=given.weights_,
-            given_lb=given.lower_bound_,
-            given_iter=given.n_iter_,
-            default_means=default.means_,
-            default_lb=default.lower_bound_,
-        )
-        try:
-            GaussianMixture(4, fitter="online_em").fit(shard)
-            raised = False
-        except NotImplementedError:
-            raised = True
-        np.save(Path(out_dir) / f"raised{rank}.npy", np.array(raised))
+        for name, (_, kind, _, _) in CASES.items():
+            np.savez(Path(out_dir) / f"{name}-rank{rank}.npz", **_fit(name, _shard(kind, rank, npy)))
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-def test_em_over_two_processes_equals_em_on_all_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))  # loopback: no network
-    mp.spawn(_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, join=True)
-    ranks = [np.load(tmp_path / f"rank{r}.npz") for r in range(WORLD)]
-    single = GaussianMixture(4, split_merge=0, tol=1e-8, random_state=0, **_start()).fit(_data())
-    for r in ranks:
-        np.testing.assert_allclose(r["given_means"], single.means_, rtol=0, atol=1e-10)
-        np.testing.assert_allclose(r["given_cov"], single.covariances_, rtol=0, atol=1e-10)
-        np.testing.assert_allclose(r["given_weights"], single.weights_, rtol=0, atol=1e-12)
-        assert abs(float(r["given_lb"]) - single.lower_bound_) < 1e-10
-        assert int(r["given_iter"]) == single.n_iter_
-    # with the default start (rank 0's k-means, split-and-merge proposed by rank 0) every process ends identical
-    np.testing.assert_array_equal(ranks[0]["default_means"], ranks[1]["default_means"])
-    assert float(ranks[0]["default_lb"]) == float(ranks[1]["default_lb"])
-    assert float(ranks[0]["default_lb"]) >= single.lower_bound_ - 1e-3  # the same optimum, to the default tol
-    assert all(bool(np.load(tmp_path / f"raised{r}.npy")) for r in range(WORLD))
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("distributed")
+    npy = str(out / "x.npy")
+    np.save(npy, _data())
+    saved = os.environ.get("GLOO_SOCKET_IFNAME")
+    os.environ["GLOO_SOCKET_IFNAME"] = saved or "lo"  # loopback: no network
+    saved_sizes = gm_module._INIT_SAMPLE, gm_module._SPLIT_MERGE_SAMPLE
+    try:
+        mp.spawn(_worker, args=(str(out / "init"), str(out), npy), nprocs=WORLD, join=True)
+    finally:
+        gm_module._INIT_SAMPLE, gm_module._SPLIT_MERGE_SAMPLE = saved_sizes
+        if saved is None:
+            del os.environ["GLOO_SOCKET_IFNAME"]
+    return out
+
+
+def _single(name: str, npy: Path) -> dict[str, Any]:
+    """The single-process fit of the case on the concatenated data (the stream of online EM: the global
+    batches of the process group, every process's next batch, concatenated)."""
+    kind = CASES[name][1]
+    saved = gm_module._INIT_SAMPLE, gm_module._SPLIT_MERGE_SAMPLE
+    try:
+        if kind == "memmap":
+            return _fit(name, np.load(npy, mmap_mode="r"))
+        if name == "online_em_stream":
+            parts = [_batches(_data()[:SPLIT]), _batches(_data()[SPLIT:])]
+            rounds = [np.vstack([p[t] for p in parts if t < len(p)]) for t in range(max(map(len, parts)))]
+            return _fit(name, rounds)
+        x = _data()
+        return _fit(name, _batches(np.concatenate([x[:SPLIT], x[SPLIT:]])) if kind == "stream" else x)
+    finally:
+        gm_module._INIT_SAMPLE, gm_module._SPLIT_MERGE_SAMPLE = saved
+
+
+def _check(fitted: Path, name: str, atol: float) -> None:
+    ranks = [np.load(fitted / f"{name}-rank{r}.npz") for r in range(WORLD)]
+    for key in ("weights", "means", "covariances", "lower_bound", "n_iter", "accepted"):
+        np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=f"{name}: the ranks differ in {key}")
+    single = _single(name, fitted / "x.npy")
+    assert int(ranks[0]["n_iter"]) == single["n_iter"]
+    assert int(ranks[0]["accepted"]) == single["accepted"]
+    for key in ("weights", "means", "covariances"):
+        np.testing.assert_allclose(ranks[0][key], single[key], rtol=0, atol=atol, err_msg=f"{name}: {key}")
+    assert abs(float(ranks[0]["lower_bound"]) - single["lower_bound"]) < atol
+
+
+skip = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+
+
+@skip
+@pytest.mark.parametrize(
+    "name", ["em_given_start", "em_default", "em_default_subsample", "em_default_memmap", "em_default_stream"]
+)
+def test_em_over_two_processes_equals_em_on_all_the_data(fitted: Path, name: str) -> None:
+    # the same arithmetic but the order of the sums over the shards: 1e-10
+    _check(fitted, name, 1e-10)
+
+
+@skip
+@pytest.mark.parametrize("name", ["online_em_default", "online_em_stream"])
+def test_online_em_over_two_processes_equals_online_em_on_the_same_global_batches(fitted: Path, name: str) -> None:
+    # one all-reduce of the statistics per mini-batch; only the order of the sums differs: 1e-10
+    _check(fitted, name, 1e-10)
+
+
+@skip
+def test_gd_over_two_processes_equals_gd_on_the_same_global_batches(fitted: Path) -> None:
+    # 40 epochs x 11 Adam steps; the all-reduced gradient differs from the single one by round-off, which Adam's
+    # normalisation carries on: 1e-9
+    _check(fitted, "gd_default", 1e-9)
+
+
+@skip
+def test_gd_float32_over_two_processes_stays_near_the_single_process_fit(fitted: Path) -> None:
+    # float32: the gradient is all-reduced in float64 and cast back, the single process sums it in float32
+    _check(fitted, "gd_diag_float32", 1e-4)

@@ -13,6 +13,7 @@ import textwrap
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ _RANK = textwrap.dedent(
     from implicit_em.mixture._fitting import History
 
     torch.set_num_threads(1)
-    rank, init_file, out_dir, target = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+    rank, init_file, out_dir, target, fitter = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     rng = np.random.RandomState(0)
     centres = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0]])
@@ -54,7 +55,9 @@ _RANK = textwrap.dedent(
         time.sleep(0.01)
 
     History.epoch = slow_record
-    gm = GaussianMixture(4, split_merge=0, tol=0.0, max_iter=100000, random_state=0, **start)
+    batch = None if fitter == "em" else 256  # online_em, gd: 11 global mini-batch steps per epoch
+    options = {"fitter": fitter, "batch_size": batch, "split_merge": 0, "tol": 0.0, "max_iter": 100000}
+    gm = GaussianMixture(4, random_state=0, **options, **start)
     try:
         gm.fit(shard)
         outcome = "RETURNED"
@@ -91,13 +94,13 @@ def _stop(procs: list[subprocess.Popen[str]], why: str) -> None:
     )
 
 
-@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-@pytest.mark.parametrize("target", [0, 1])
-def test_sigint_to_one_process_stops_every_process_alike(target: int, tmp_path: Path) -> None:
+def _interrupted(tmp_path: Path, target: int, fitter: str) -> list[Any]:
+    """Two processes fitting with ``fitter``, a SIGINT to rank ``target`` after its third iteration (epoch);
+    checks that both raised and returns what each saved."""
     script = tmp_path / "rank.py"
     script.write_text(_RANK)
     env = {**os.environ, "PYTHONPATH": SRC, "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
-    args = [str(tmp_path / "init"), str(tmp_path), str(target)]
+    args = [str(tmp_path / "init"), str(tmp_path), str(target), fitter]
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(r), *args],
@@ -122,7 +125,13 @@ def test_sigint_to_one_process_stops_every_process_alike(target: int, tmp_path: 
             _stop(procs, "a process hung after the SIGINT")
     assert [p.returncode for p in procs] == [0, 0], outs
     assert outs == [["INTERRUPTED", "REFUSED"]] * 2  # both raised; checkpoint is refused in a process group
-    ranks = [np.load(tmp_path / f"rank{r}.npz") for r in (0, 1)]
+    return [np.load(tmp_path / f"rank{r}.npz") for r in (0, 1)]
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+@pytest.mark.parametrize("target", [0, 1])
+def test_sigint_to_one_process_stops_every_process_alike(target: int, tmp_path: Path) -> None:
+    ranks = _interrupted(tmp_path, target, "em")
     n = int(ranks[0]["n"])
     assert n >= 3 and int(ranks[1]["n"]) == n
     for key in ("means", "cov", "weights"):
@@ -137,3 +146,15 @@ def test_sigint_to_one_process_stops_every_process_alike(target: int, tmp_path: 
         single = GaussianMixture(4, split_merge=0, tol=0.0, max_iter=n, random_state=0, **start).fit(_concatenated())
     np.testing.assert_allclose(ranks[0]["means"], single.means_, rtol=0, atol=1e-10)  # the fit of n iterations
     np.testing.assert_allclose(ranks[0]["cov"], single.covariances_, rtol=0, atol=1e-10)
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+@pytest.mark.parametrize("fitter", ["online_em", "gd"])
+def test_sigint_stops_distributed_online_em_and_gd_in_the_same_step(fitter: str, tmp_path: Path) -> None:
+    # the interrupt flag travels with each mini-batch's all-reduce (issue 14): both processes stop before the
+    # same global step, with the same parameters; a process that raised alone would leave the other hanging
+    ranks = _interrupted(tmp_path, 1, fitter)
+    n = int(ranks[0]["n"])
+    assert n >= 3 and int(ranks[1]["n"]) == n
+    for key in ("means", "cov", "weights"):
+        np.testing.assert_array_equal(ranks[0][key], ranks[1][key])

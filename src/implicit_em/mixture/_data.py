@@ -19,6 +19,7 @@ import torch
 from scipy.sparse import issparse
 from torch import Tensor
 
+from implicit_em.mixture import _distributed
 from implicit_em.mixture._validation import check_magnitude, check_real_dtype, check_values
 
 _MODEL_WIDTH = "the model expects"
@@ -123,6 +124,7 @@ class DataSource:
             self.n_samples = int(self._data.shape[0])
             self.n_features = int(self._data.shape[1])
         self._checked = False
+        self.layout: tuple[int, int] | None = None  # in a process group: (first global row, global rows)
         if self.kind == "tensor":  # check and convert once, not in every pass; checked before the cast
             check_values("X", self._data, self.n_samples or 0, dtype)
             self._data = self._data.to(device=device, dtype=dtype)
@@ -173,8 +175,96 @@ class DataSource:
         for s in starts.tolist():
             yield self._chunk(s, s + batch_size, check=check)
 
+    def join_group(self) -> None:
+        """Place this process's rows in the global row index of a process group (rank order): sets ``layout``
+        to (first global row, global rows). A stream is counted by one pass (which also validates it). From
+        then on :meth:`sample` and :meth:`step_batches` are global, and collective: every process calls them."""
+        if self.n_samples is None:
+            for _ in self.batches(0):
+                pass
+        counts = _distributed.all_gather_counts(int(self.n_samples or 0), self.device)
+        widths = _distributed.all_gather_counts(-1 if self.n_features is None else self.n_features, self.device)
+        if self.n_features is None and max(widths) > 0:  # a process whose stream was empty: the others' width
+            self.n_features = max(widths)
+        rank = _distributed.rank()
+        self.layout = (sum(counts[:rank]), sum(counts))
+
+    def step_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Tensor]:
+        """The mini-batches of one epoch of a stochastic fitter: :meth:`batches` shuffled by ``generator``, or in
+        a process group this process's rows of the global batches (collective: see :meth:`_group_batches`)."""
+        if self.layout is None:
+            return self.batches(batch_size, generator=generator)
+        return self._group_batches(batch_size, generator)
+
+    def _group_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Tensor]:
+        """An array, tensor or memmap: the global batches the single process draws from the concatenated data
+        (``torch.randperm`` of the global rows from the shared generator, ``batch_size`` at a time), each
+        restricted to this process's rows (possibly none: a (0, D) batch), in the permutation's order. A stream
+        (never shuffled): its own batches, then empty ones for ever; a global step is every process's next
+        batch, and the caller stops when the all-reduced row count is zero."""
+        assert self.layout is not None
+        d = int(self.n_features or 0)
+        empty = torch.zeros(0, d, device=self.device, dtype=self.dtype)
+        if self.kind == "iterable":
+            for x in self.batches(batch_size):
+                if x.shape[0] > 0:
+                    yield x
+            while True:
+                yield empty
+        offset, total = self.layout
+        n = int(self.n_samples or 0)
+        perm = torch.randperm(total, generator=generator)
+        for s in range(0, total, batch_size):
+            p = perm[s : s + batch_size]
+            mine = p[(p >= offset) & (p < offset + n)] - offset
+            yield self._rows(mine.numpy()) if mine.numel() else empty
+
+    def _rows(self, idx: np.ndarray) -> Tensor:
+        """The rows at local indices ``idx`` (an array, tensor or memmap), in that order, checked if a memmap."""
+        if self.kind == "tensor":
+            rows = self._data[torch.from_numpy(idx).to(self._data.device)]
+        else:
+            part = self._data[idx]
+            check_values("X", part, int(self.n_samples or 0), self.dtype)
+            rows = torch.from_numpy(np.ascontiguousarray(part))
+        return rows.to(device=self.device, dtype=self.dtype)
+
+    def _group_sample(self, max_rows: int, rng: np.random.RandomState) -> Tensor:
+        """The sample :meth:`sample` draws from the concatenated shards, on every process (collective; every
+        process's ``rng`` in the same state): the global indices are drawn as the single process draws them,
+        each process reads those in its row range, and the rows are gathered in rank order (= global order)."""
+        assert self.layout is not None
+        offset, total = self.layout
+        n = int(self.n_samples or 0)
+        d = int(self.n_features or 0)
+        if self.kind != "iterable":
+            if total <= max_rows:
+                local = self._chunk(0, n, check=True)
+            else:
+                idx = np.sort(rng.choice(total, size=max_rows, replace=False))
+                local = self._rows(idx[(idx >= offset) & (idx < offset + n)] - offset)
+            return _distributed.all_gather_rows(local)
+        key_rng = np.random.RandomState(int(rng.get_state()[1][0]))  # type: ignore[index]
+        for start in range(0, offset, 1 << 20):  # the keys of the rows before this shard, drawn and dropped
+            key_rng.uniform(size=min(1 << 20, offset - start))
+        if n > 0:
+            keep, keys, where = self._stream_sample(max_rows, key_rng, offset)
+        else:
+            keep = torch.zeros(0, d, device=self.device, dtype=self.dtype)
+            keys = torch.zeros(0, dtype=torch.float64, device=self.device)
+            where = torch.zeros(0, dtype=torch.int64, device=self.device)
+        keep, keys, where = (_distributed.all_gather_rows(t) for t in (keep, keys, where))
+        order = torch.argsort(keys)[:max_rows]
+        keep, where = keep[order], where[order]
+        return keep[torch.argsort(where)]
+
     def sample(self, max_rows: int, rng: np.random.RandomState) -> Tensor:
-        """All rows if N ≤ max_rows, else a uniform random subset of max_rows rows (one pass for iterables)."""
+        """All rows if N ≤ max_rows, else a uniform random subset of max_rows rows (one pass for iterables).
+
+        In a process group (after :meth:`join_group`) the sample of the concatenated shards, the same on every
+        process and equal to the single process's sample of the concatenated data."""
+        if self.layout is not None:
+            return self._group_sample(max_rows, rng)
         if self.kind != "iterable" and int(self.n_samples or 0) <= max_rows:
             return self._chunk(0, int(self.n_samples or 0), check=True)
         if self.kind != "iterable":
@@ -189,19 +279,28 @@ class DataSource:
         # keys from a generator seeded by rng's state without drawing from rng: a stream that fits in max_rows
         # then leaves rng exactly where an in-memory array leaves it, so the k-means start is the same
         key_rng = np.random.RandomState(int(rng.get_state()[1][0]))  # type: ignore[index]
+        keep, _, where = self._stream_sample(max_rows, key_rng, 0)
+        return keep[torch.argsort(where)]  # in stream order: all rows, when N <= max_rows, as an array would be
+
+    def _stream_sample(
+        self, max_rows: int, key_rng: np.random.RandomState, offset: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One pass over a stream: the ``max_rows`` rows with the smallest keys (uniform draws of ``key_rng``,
+        one per row in stream order), their keys and their positions (``offset`` plus the row's place in the
+        stream); the rows are not in stream order."""
         keep: Tensor | None = None
         keys: Tensor | None = None
         where: Tensor | None = None
         seen = 0
         for x in self.batches(0):
             k = torch.from_numpy(key_rng.uniform(size=x.shape[0])).to(x.device)
-            pos = torch.arange(seen, seen + x.shape[0], device=x.device)
+            pos = torch.arange(offset + seen, offset + seen + x.shape[0], device=x.device)
             seen += x.shape[0]
             cand = x if keep is None else torch.cat([keep, x])
             cand_keys = k if keys is None else torch.cat([keys, k])
             cand_pos = pos if where is None else torch.cat([where, pos])
             order = torch.argsort(cand_keys)[:max_rows]
             keep, keys, where = cand[order], cand_keys[order], cand_pos[order]
-        if keep is None or where is None:
+        if keep is None or keys is None or where is None:
             raise ValueError("the data iterable yielded no batches")
-        return keep[torch.argsort(where)]  # in stream order: all rows, when N <= max_rows, as an array would be
+        return keep, keys, where

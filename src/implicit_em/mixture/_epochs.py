@@ -1,10 +1,11 @@
 """Where a stochastic fit is inside its epochs, so that it can stop after any mini-batch step and resume exactly.
 
 Online EM and gradient descent draw every epoch's batch order from one torch generator
-(:meth:`DataSource.batches`). An :class:`EpochPosition` holds the complete epochs, the steps taken in the epoch
-in progress, the generator state that epoch started from and its running sums. Resuming sets the generator back
-to that state, draws the same order and skips the batches already used (:func:`epoch_batches`), so the
-remaining steps see exactly the batches an uninterrupted run sees.
+(:meth:`DataSource.step_batches`; in a process group the global batches, of which each process holds its rows).
+An :class:`EpochPosition` holds the complete epochs, the steps taken in the epoch in progress, the generator
+state that epoch started from and its running sums. Resuming sets the generator back to that state, draws the
+same order and skips the batches already used (:func:`epoch_batches`), so the remaining steps see exactly the
+batches an uninterrupted run sees.
 """
 
 import itertools
@@ -78,7 +79,7 @@ def epoch_batches(
     resumed one restarts from that state and skips the ``position.step`` batches already used."""
     if position.step == 0:
         position.generator = generator.get_state()
-        return data.batches(batch_size, generator=generator)
+        return data.step_batches(batch_size, generator)
     assert position.generator is not None
     generator.set_state(position.generator.cpu())
-    return itertools.islice(data.batches(batch_size, generator=generator), position.step, None)
+    return itertools.islice(data.step_batches(batch_size, generator), position.step, None)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from implicit_em.mixture import _stats
+from implicit_em.mixture import _distributed, _stats
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
 from implicit_em.mixture._gd import fit_gd, gd_step, make_state, state_params
@@ -250,7 +250,7 @@ class OnlineEM:
     shuffles = True
     state_attr = "_online_state"
     split_merge = True
-    distributed = False
+    distributed = True
 
     def fit(
         self,
@@ -296,7 +296,7 @@ class GradientDescent:
     shuffles = True
     state_attr = "_gd_state"
     split_merge = False
-    distributed = False
+    distributed = True
 
     def fit(
         self,
@@ -349,10 +349,13 @@ FITTERS = tuple(REGISTRY)
 
 
 def _mean_loglik(data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor) -> float:
-    """The exact mean log-likelihood of the data, one chunked pass."""
+    """The exact mean log-likelihood of the data, one chunked pass (over every shard in a process group)."""
     a = _stats.score_matrix(params, covariance_type, shift).to(data.dtype)
     total, n = 0.0, 0
     for x in data.batches(CHUNK):
         total += float(_stats.log_normalize(_stats.weighted_log_prob(x, a, shift).T)[1].double().sum())
         n += x.shape[0]
+    if data.layout is not None:  # a process group: the sums over every process's shard
+        sums = _distributed.all_reduce_sum(torch.tensor([total, float(n)], dtype=torch.float64, device=a.device))
+        total, n = float(sums[0]), int(sums[1])
     return total / max(n, 1)

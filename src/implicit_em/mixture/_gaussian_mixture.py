@@ -34,6 +34,7 @@ from implicit_em.mixture._split_merge import fit_split_merge
 from implicit_em.mixture._stats import MixtureParams
 
 _INIT_SAMPLE = 200_000  # rows k-means sees when N is larger (or X is an iterable: one pass draws them)
+_SPLIT_MERGE_SAMPLE = 50_000  # rows split-and-merge proposals are scored on when N is larger
 
 
 def _dtype(name: Any, x: Any) -> torch.dtype:
@@ -245,22 +246,23 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         fitter = REGISTRY[settings.fitter]
         data = self._source(X, reset=True)
         group = _distributed.active()
-        if group and not fitter.distributed:
-            raise NotImplementedError(
-                f'fitter="{self.fitter}" is not distributed (it steps per mini-batch); in a process group use '
-                'fitter="em", whose statistics are summed over all processes'
-            )
+        if group and not fitter.distributed:  # every registered fitter runs in a process group (issue 14)
+            raise NotImplementedError(f'fitter="{self.fitter}" does not run in a torch.distributed process group')
         if group and path is not None:
             raise NotImplementedError(
                 "checkpoint is not supported in a process group (every process would write the same file); fit "
                 "without checkpoint there"
             )
-        n_total = _distributed.total_count(data.n_samples, data.device) if data.n_samples is not None else None
+        if group:  # this process's rows in the global row index: sampling and the stochastic epochs are global
+            data.join_group()
+        n_total = data.layout[1] if data.layout is not None else data.n_samples
         if n_total is not None and n_total < self.n_components:
             raise ValueError(
                 f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {n_total}"
             )
         rng = check_random_state(self.random_state)
+        if group:  # rank 0's generator on every process: every process draws what the single process draws
+            rng = _distributed.sync_rng(rng, data.device)
         do_init = not (self.warm_start and hasattr(self, "converged_"))
         ckpt = self._open_checkpoint(path, X, data, do_init)
         saved = ckpt.load() if ckpt is not None else None
@@ -340,23 +342,35 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         k, d = int(self.n_components), int(data.n_features or 0)  # n_components may be a numpy integer
         need_resp = self.weights_init is None or self.means_init is None or self.precisions_init is None
         params: MixtureParams | None = None
+        group = data.layout is not None  # a process group: every process holds the same global sample
         if need_resp:
             x = data.sample(_INIT_SAMPLE, rng)
-            assign = initial_assignment(x, k, self.init_params, rng)
-            summary = None
-            for start in range(0, x.shape[0], _CHUNK):
-                resp = assign.rows(start, start + _CHUNK, k, x.dtype)
-                part = _stats.summarize_resp(x[start : start + _CHUNK], resp, shift)
-                summary = part if summary is None else summary + part
-            assert summary is not None
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # floor for empty k-means clusters is expected
-                params = _stats.from_summaries(summary, shift, self.reg_covar, self.covariance_type, data.dtype)
-            weights = (summary.nk + 10 * torch.finfo(torch.float64).eps) / summary.n  # sklearn: nk / n_samples
-            if self.covariance_type == "tied" and assign.labels is not None and bool((assign.labels < 0).any()):
-                params = params._replace(**_sklearn_tied_init(x, params.means, summary.nk, self.reg_covar))
-            params = params._replace(weights=weights.to(data.dtype))
+            if group:  # rank 0 starts from the global sample, as the single process would; every process gets it
+                params = self._sample_params(x, k, rng, shift, data.dtype) if _distributed.rank() == 0 else None
+                params = _distributed.broadcast_params(params or _zero_params(k, d, self.covariance_type, x))
+                _distributed.sync_rng(rng, data.device, into=True)  # k-means drew from rank 0's generator only
+            else:
+                params = self._sample_params(x, k, rng, shift, data.dtype)
         return self._apply_user_init(params, k, d, data.dtype, data.device)
+
+    def _sample_params(
+        self, x: Tensor, k: int, rng: np.random.RandomState, shift: Tensor, dtype: torch.dtype
+    ) -> MixtureParams:
+        """The initial responsibilities of the sample x (``init_params``, drawn from rng), then an M-step."""
+        assign = initial_assignment(x, k, self.init_params, rng)
+        summary = None
+        for start in range(0, x.shape[0], _CHUNK):
+            resp = assign.rows(start, start + _CHUNK, k, x.dtype)
+            part = _stats.summarize_resp(x[start : start + _CHUNK], resp, shift)
+            summary = part if summary is None else summary + part
+        assert summary is not None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # floor for empty k-means clusters is expected
+            params = _stats.from_summaries(summary, shift, self.reg_covar, self.covariance_type, dtype)
+        weights = (summary.nk + 10 * torch.finfo(torch.float64).eps) / summary.n  # sklearn: nk / n_samples
+        if self.covariance_type == "tied" and assign.labels is not None and bool((assign.labels < 0).any()):
+            params = params._replace(**_sklearn_tied_init(x, params.means, summary.nk, self.reg_covar))
+        return params._replace(weights=weights.to(dtype))
 
     def _apply_user_init(
         self, params: MixtureParams | None, k: int, d: int, dtype: torch.dtype, device: torch.device
@@ -393,7 +407,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         shift: Tensor,
         history: History,
     ) -> FitResult:
-        sample = data.sample(50_000, np.random.RandomState(int(rng.get_state()[1][0])))  # type: ignore[index]
+        seed = int(rng.get_state()[1][0])  # type: ignore[index]
+        sample = data.sample(_SPLIT_MERGE_SAMPLE, np.random.RandomState(seed))  # global in a process group
         best, self.n_split_merge_accepted_ = fit_split_merge(
             data,
             result,
@@ -576,6 +591,13 @@ def _sklearn_tied_init(x: Tensor, means: Tensor, nk: Tensor, reg_covar: float) -
     cov = cov + reg_covar * torch.eye(x.shape[1], dtype=cov.dtype, device=cov.device)
     prec_chol = gaussian.precisions_cholesky(cov, "tied", on_singular="ridge")
     return {"covariances": cov.to(means.dtype), "precisions_cholesky": prec_chol.to(means.dtype)}
+
+
+def _zero_params(k: int, d: int, covariance_type: str, like: Tensor) -> MixtureParams:
+    """Zero parameters of the right shapes: what a process receives rank 0's start into."""
+    shape = gaussian.parameter_shape(covariance_type, k, d)
+    w, mu, cov = (torch.zeros(s, dtype=like.dtype, device=like.device) for s in ((k,), (k, d), shape))
+    return MixtureParams(w, mu, cov, cov.clone())
 
 
 def _is_batches(x: Any) -> bool:

@@ -17,6 +17,10 @@ The fit works in standardised coordinates (x − shift) / scale with one scalar 
 does not depend on the units of the data; parameters are mapped back exactly (scale is a scalar, so the
 triangular and diagonal structure of W is kept).
 
+In a ``torch.distributed`` process group the fit is data-parallel (:func:`group_gd_step`): each process takes
+its rows of the global mini-batch (the one the single process draws from the concatenated data), the gradient
+is all-reduced, and every process takes the same optimiser step.
+
 A SIGINT stops the fit after the optimiser step in progress (:mod:`implicit_em.mixture._interrupt`; the step
 updates the parameters in place, so it is never cut halfway); the snapshot (model, optimiser, learning-rate
 halvings and :class:`~implicit_em.mixture._epochs.EpochPosition`) resumes it with the same numbers, bitwise on
@@ -34,7 +38,7 @@ from torch import Tensor, nn
 
 from implicit_em.distances import GaussianComponents
 from implicit_em.gaussian import covariances_from_precisions_cholesky, full_precisions
-from implicit_em.mixture import _interrupt
+from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint
 from implicit_em.mixture._epochs import EpochPosition, epoch_batches
@@ -131,6 +135,40 @@ def gd_step(state: GDState, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"],
     return -float(loss.detach()) - jacobian
 
 
+def group_gd_step(
+    state: GDState, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"], scale: float, volume: bool
+) -> tuple[float, int] | None:
+    r"""One data-parallel optimiser step in a process group: x is this process's part of the global batch
+    (possibly empty). The gradient of the summed NLL with respect to the score matrix A, −φRᵀ (the E-step
+    statistics, :func:`accumulate_gradient`), is summed over the processes by one all-reduce, with the rows, the
+    summed objective and a pending interrupt (every process then raises ``KeyboardInterrupt`` here, before the
+    step); divided by the global rows and back-propagated from A, it gives every process the parameter
+    gradient of the global batch's mean NLL (the map from A's gradient to the parameters' is linear), so every
+    process takes the same step. Returns the global batch's summed objective (original coordinates) and rows,
+    or None when the global batch is empty (every process's stream is exhausted: the epoch is over)."""
+    x_std = (x - shift.to(x.dtype)) / scale
+    state.optimizer.zero_grad(set_to_none=True)
+    a = log_joint_matrix(state, volume)
+    with torch.no_grad():
+        phi_t = quadratic_features_t(x_std.to(a.dtype))  # (P, B)
+        resp, log_norm = log_normalize(a.detach().T @ phi_t)  # (K, B), (B,)
+        stat = (phi_t @ resp.T).double()  # (P, K)
+        tail = [float(x.shape[0]), float(log_norm.double().sum()), float(_interrupt.requested())]
+        tail_t = torch.tensor(tail, dtype=torch.float64, device=stat.device)
+        flat = _distributed.all_reduce_sum(torch.cat([stat.reshape(-1), tail_t]))
+    if flat[-1] > 0:
+        _interrupt.clear()
+        raise KeyboardInterrupt
+    rows = int(flat[-3])
+    if rows == 0:
+        return None
+    grad = flat[: stat.numel()].reshape(stat.shape).to(a.dtype).mul_(-1.0 / rows)
+    a.backward(grad)
+    state.optimizer.step()
+    jacobian = x.shape[1] * math.log(scale) if volume else 0.0  # density of x = density of x_std / scale^D
+    return float(flat[-2]) - rows * jacobian, rows
+
+
 @torch.no_grad()
 def state_params(state: GDState, covariance_type: str, shift: Float[Tensor, " d"], scale: float) -> MixtureParams:
     """sklearn-shaped parameters in original coordinates."""
@@ -179,6 +217,7 @@ def fit_gd(
     if resume is not None:
         pos, halvings = _load_snapshot(state, resume, generator)
     mean = pos.prev
+    in_group = data.layout is not None  # a process group: data-parallel steps on the global mini-batches
 
     def snapshot() -> dict[str, Any]:
         return _snapshot(state, covariance_type, shift, scale, pos, halvings, generator)
@@ -186,9 +225,16 @@ def fit_gd(
     with _interrupt.deferred():
         try:
             for epoch in range(pos.epoch + 1, max_iter + 1):
-                _interrupt.check()
+                if not in_group:  # in a process group the interrupt flag travels with the all-reduce
+                    _interrupt.check()
                 t0 = time.perf_counter()
                 for x in epoch_batches(data, batch_size, generator, pos):
+                    if in_group:
+                        step = group_gd_step(state, x, shift, scale, volume)
+                        if step is None:
+                            break
+                        pos.advance(*step)
+                        continue
                     pos.advance(gd_step(state, x, shift, scale, volume) * x.shape[0], x.shape[0])
                     _interrupt.check()
                 mean, prev = pos.mean(), pos.prev

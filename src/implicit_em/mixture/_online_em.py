@@ -9,6 +9,11 @@ statistics s = (π_j, E[r_j x], E[r_j x xᵀ]) and takes the M-step after every 
 with s_0 the statistics the initial parameters imply. Defaults t_0 = 2, κ = 0.5. After the stochastic epochs
 one exact EM iteration over all the data lands on the batch optimum and gives an exact lower bound.
 
+In a ``torch.distributed`` process group every step is global (:func:`group_online_step`): each process
+summarises its rows of the global mini-batch (the one the single process draws from the concatenated data), one
+all-reduce adds the statistics, and every process takes the same step, so the fit equals the single-process fit
+on the concatenated data up to the order of floating-point sums.
+
 A SIGINT stops the fit after the mini-batch step in progress (:mod:`implicit_em.mixture._interrupt`); its
 snapshot (the running statistics, the parameters and the :class:`~implicit_em.mixture._epochs.EpochPosition`)
 resumes it with the same numbers, bitwise on CPU, as a run that was never stopped.
@@ -22,7 +27,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from implicit_em.mixture import _interrupt
+from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
 from implicit_em.mixture._epochs import EpochPosition, epoch_batches
@@ -64,11 +69,56 @@ def online_step(
     """One stochastic EM step on batch x: returns the new state, the new parameters and log p(x_i) (B,)."""
     a = score_matrix(params, covariance_type, shift).to(compute_dtype)
     batch, log_norm = summarize(x, a, shift)
+    state, new = _update(state, batch, params, covariance_type, reg_covar, shift, step_offset, step_power)
+    return state, new, log_norm
+
+
+def _update(
+    state: OnlineState,
+    batch: Summary,
+    params: MixtureParams,
+    covariance_type: str,
+    reg_covar: float,
+    shift: Float[Tensor, " d"],
+    step_offset: float = 2.0,
+    step_power: float = 0.5,
+) -> tuple[OnlineState, MixtureParams]:
+    """s_t from s_{t-1} and the batch's summed statistics, and the M-step from s_t."""
     gamma = (state.step + step_offset) ** (-step_power)
     mean_batch = batch.scaled(1.0 / float(batch.n))
     stats = state.stats.scaled(1.0 - gamma) + mean_batch.scaled(gamma)
     new = from_summaries(stats, shift, reg_covar, covariance_type, params.means.dtype)
-    return OnlineState(stats, state.step + 1), new, log_norm
+    return OnlineState(stats, state.step + 1), new
+
+
+def group_online_step(
+    state: OnlineState,
+    x: Float[Tensor, "b d"],
+    params: MixtureParams,
+    *,
+    covariance_type: str,
+    reg_covar: float,
+    shift: Float[Tensor, " d"],
+    compute_dtype: torch.dtype,
+) -> tuple[OnlineState, MixtureParams, float, int] | None:
+    """One global step in a process group: x is this process's part of the global batch (possibly empty), the
+    statistics of every part are summed by one all-reduce (which also carries a pending interrupt: every
+    process then raises ``KeyboardInterrupt`` here, before the step), and every process takes the same step.
+    Returns the new state, the new parameters, the global batch's summed log-likelihood and rows, or None when
+    the global batch is empty (the streams of every process are exhausted: the epoch is over)."""
+    k, d = params.means.shape
+    if x.shape[0] > 0:
+        batch, _ = summarize(x, score_matrix(params, covariance_type, shift).to(compute_dtype), shift)
+    else:
+        batch = _distributed.zero_summary(k, d, params.means.device)
+    batch, stop = _distributed.all_reduce_pass(batch, _interrupt.requested())
+    if stop:
+        _interrupt.clear()
+        raise KeyboardInterrupt
+    if float(batch.n) == 0:
+        return None
+    state, new = _update(state, batch, params, covariance_type, reg_covar, shift)
+    return state, new, float(batch.loglik), int(batch.n)
 
 
 def fit_online_em(
@@ -103,6 +153,7 @@ def fit_online_em(
     pos, done = EpochPosition(), False
     if resume is not None:
         params, online, pos, done = _from_snapshot(resume, generator)
+    in_group = data.layout is not None  # a process group: one global step per mini-batch
 
     def snapshot() -> dict[str, Any]:
         return _snapshot(params, online, pos, done, generator)
@@ -110,9 +161,25 @@ def fit_online_em(
     with _interrupt.deferred():
         try:
             for epoch in range(pos.epoch + 1, (pos.epoch if done else max_iter) + 1):
-                _interrupt.check()
+                if not in_group:  # in a process group the interrupt flag travels with the all-reduce
+                    _interrupt.check()
                 t0 = time.perf_counter()
                 for x in epoch_batches(data, batch_size, generator, pos):
+                    if in_group:
+                        step = group_online_step(
+                            online,
+                            x,
+                            params,
+                            covariance_type=covariance_type,
+                            reg_covar=reg_covar,
+                            shift=shift,
+                            compute_dtype=data.dtype,
+                        )
+                        if step is None:
+                            break
+                        online, params, loglik, rows = step
+                        pos.advance(loglik, rows)
+                        continue
                     online, params, log_norm = online_step(
                         online,
                         x,

@@ -8,7 +8,9 @@ clusters. A move merges the pair (i, j) whose responsibilities overlap most,
 into one moment-matched Gaussian, and splits the component k whose own points gain most log-likelihood from
 two Gaussians instead of one (a two-component EM on those points, which also gives the two halves), putting
 the halves in slots k and j. EM then runs to convergence from the moved parameters, and the move is kept only if
-the mean log-likelihood rises by more than ``tol``. Candidates are scored on a sample of at most 50,000 rows;
+the mean log-likelihood rises by more than ``tol``. Candidates are scored on a sample of at most 50,000 rows
+(in a process group the global sample, the one the single process draws from the concatenated shards, so the
+proposals are the single process's; rank 0 scores them and every process tries the same moves);
 each trial is a full EM run, so the cost is (trials) × (one EM run). An interrupt during a trial raises
 :class:`~implicit_em.mixture._interrupt.FitInterrupted` with the best result so far (the trial is dropped).
 """
@@ -187,7 +189,7 @@ def fit_split_merge(
 
     while trials < n_trials:
         moved = False
-        # rank 0 proposes from its sample and every process tries the same moves (EM itself is summed over all)
+        # rank 0 proposes from the global sample and every process tries the same moves (EM is summed over all)
         moves = candidates(sample, best.params, covariance_type, shift) if _distributed.rank() == 0 else None
         for move in _distributed.broadcast_object(moves):
             if trials >= n_trials:

@@ -88,15 +88,12 @@ class Starts:
         return result, history.records
 
     def initial_params(self) -> MixtureParams:
-        """A start's initial parameters (rank 0's in a process group); the first start also seeds the generator
-        of the fitters that shuffle, after its draws, so "em" draws exactly what sklearn draws."""
+        """A start's initial parameters (in a process group, rank 0's from the global sample, on every process);
+        the first start also seeds the generator of the fitters that shuffle, after its draws, so "em" draws
+        exactly what sklearn draws (in a process group every process draws the same seed)."""
         est, data, rng, shift = self.est, self.data, self.progress.rng, self.progress.shift
-        if self.do_init and _distributed.active():  # rank 0 initialises from its sample; every process from that
-            params = _distributed.broadcast_object(
-                est._initial_params(data, rng, shift) if _distributed.rank() == 0 else None
-            )
-        else:
-            params = est._initial_params(data, rng, shift) if self.do_init else est._params(data.dtype, data.device)
+        # in a process group every process takes part: the global sample is gathered, rank 0's start broadcast
+        params = est._initial_params(data, rng, shift) if self.do_init else est._params(data.dtype, data.device)
         if self.progress.generator is None:
             seed = int(rng.randint(2**31 - 1)) if self.fitter.shuffles else 0
             self.progress.generator = torch.Generator().manual_seed(seed)
