@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from implicit_em._cli_args import positive_int, seed
 from implicit_em._cli_data import Data, DataError, read_data
 
 __all__ = ["add_parsers", "run"]
@@ -43,10 +44,10 @@ def add_parsers(sub: Any) -> None:
     )
     fit.add_argument("--covariance-type", default="full", choices=("full", "diag", "spherical", "tied"))
     fit.add_argument("--fitter", default="em", choices=("em", "online_em", "gd"), help="default em")
-    fit.add_argument("--max-iter", type=_positive, default=100, help="EM iterations or epochs (default 100)")
-    fit.add_argument("--seed", type=_seed, default=0, help="random_state (default 0)")
+    fit.add_argument("--max-iter", type=positive_int, default=100, help="EM iterations or epochs (default 100)")
+    fit.add_argument("--seed", type=seed, default=0, help="random_state (default 0)")
     fit.add_argument("--k-range", type=_k_range, default=None, metavar="A:B", help="auto's K, A to B (1:10)")
-    fit.add_argument("--batch-size", type=_positive, default=None, help="rows per batch (fitter's default)")
+    fit.add_argument("--batch-size", type=positive_int, default=None, help="rows per batch (fitter's default)")
     fit.add_argument("--out", default=None, metavar="MODEL", help="save the model: .npz or .safetensors")
     fit.add_argument("--json", action="store_true", help="print one JSON object")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -75,28 +76,8 @@ def run(args: argparse.Namespace) -> int | None:
 # -- options -------------------------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
 def _k_or_auto(text: str) -> int | str:
-    return "auto" if text == "auto" else _positive(text)
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32 - 1], got {text!r}")
-    return value
+    return "auto" if text == "auto" else positive_int(text)
 
 
 def _k_range(text: str) -> range:

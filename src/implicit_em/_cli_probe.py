@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from implicit_em._cli_args import positive_int, seed
+
 __all__ = ["add_parser", "run"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -44,31 +46,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("model", metavar="MODEL_DIR_OR_CONFIG", help="save_pretrained folder, or a config.json")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--text", default=None, help="input text, tokenized by the folder's tokenizer")
-    source.add_argument("--tokens", type=_positive_int, default=None, help="N random token ids (default 16)")
-    parser.add_argument("--seed", type=_seed, default=0, help="seed of the random weights and inputs (default 0)")
+    source.add_argument("--tokens", type=positive_int, default=None, help="N random token ids (default 16)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the random weights and inputs (default 0)")
     parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float64", help="compute dtype (default float64)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32 - 1], got {text!r}") from None
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32 - 1], got {value}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import torch
 
 from implicit_em import _cli_fit, _cli_probe
+from implicit_em._cli_args import positive_int, seed
 from implicit_em.distances import gaussian_energies
 from implicit_em.laws import constrained_law, lse_law, mixture_nll_law, routing_law, volume_law
 from implicit_em.objectives import (
@@ -198,26 +199,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32 - 1], got {text!r}") from None
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32 - 1], got {value}")
-    return value
-
-
 def _names(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",")]
     if not any(names):
@@ -301,12 +282,12 @@ def _main(argv: Sequence[str] | None) -> int:
     audit.set_defaults(full=False)
     audit.add_argument("--out", default="runs/audit", help="run folder (default: runs/audit)")
     audit.add_argument("--only", type=_names, default=None, help="comma-separated experiment names (default: all)")
-    audit.add_argument("--seed", type=_seed, default=0, help="the seed field of every experiment's Config (default 0)")
+    audit.add_argument("--seed", type=seed, default=0, help="the seed field of every experiment's Config (default 0)")
     audit.add_argument(
         "--force", action="store_true", help="rerun experiments already in the run folder (starts over a corrupt one)"
     )
     audit.add_argument(
-        "--threads", type=_positive_int, default=None, help="torch threads (default: 1 quick, torch's full)"
+        "--threads", type=positive_int, default=None, help="torch threads (default: 1 quick, torch's full)"
     )
     audit.add_argument("--list", action="store_true", help="list the experiments and exit")
     report = sub.add_parser("report", help="(re)write report.html of an audit run folder")
