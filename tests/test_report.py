@@ -95,3 +95,17 @@ def test_an_unreadable_results_json_is_one_line(tmp_path: Path) -> None:
     (run / "results.json").chmod(0)
     with pytest.raises(ValueError, match=r"results\.json: cannot be read"):
         write_report(run)
+
+
+@pytest.mark.parametrize("cut", ['{"experiments": {"a": {"b": 1}', '{"experiments": {"a": [1, 2]\n', '{"a": "xy'])
+def test_a_file_cut_anywhere_reads_as_truncated(tmp_path: Path, cut: str) -> None:
+    """Also when the cut falls just after a "}" or "]" (the check used to look only at the last character, so a
+    results.json halved at such a point read as a plain syntax error, depending on where its middle fell)."""
+    from implicit_em.report._results import ResultsError, read_results
+
+    (tmp_path / "results.json").write_text(cut)
+    with pytest.raises(ResultsError, match=r"not valid JSON \(truncated\?\)"):
+        read_results(tmp_path / "results.json")
+    (tmp_path / "results.json").write_text('{"a": 1,, "b": 2}')  # a syntax error mid-file is not called truncated
+    with pytest.raises(ResultsError, match=r"not valid JSON: Expecting property name"):
+        read_results(tmp_path / "results.json")

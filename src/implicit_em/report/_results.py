@@ -124,7 +124,9 @@ def _parse(data: bytes, path: Path) -> Any:
     except RecursionError:
         raise ResultsError(f"{path}: JSON nested too deeply to be a results file") from None
     except json.JSONDecodeError as err:
-        truncated = "" if text.rstrip().endswith(("}", "]")) else " (truncated?)"  # a cut-off file ends mid-way
+        # a cut-off file ends mid-way, or (cut just after a "}" or "]") fails where its text ends
+        end = text.rstrip()
+        truncated = " (truncated?)" if not end.endswith(("}", "]")) or err.pos >= len(end) else ""
         where = f"{err.msg} at line {err.lineno} column {err.colno}"
         raise ResultsError(f"{path}: not valid JSON{truncated}: {where}") from None
 
