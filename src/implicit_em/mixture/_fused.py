@@ -22,12 +22,13 @@ Statistics are summed in the compute dtype within a chunk (one GEMM of at most 4
 chunks, as before. The result equals ``summarize``'s to round-off: tests/test_mixture_fused.py.
 """
 
+import collections
 import contextlib
 import functools
 import itertools
 import operator
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 from jaxtyping import Float
@@ -143,10 +144,11 @@ def fused_pass_summary(
     ``rows`` rows; None when there were no batches.
 
     ``workers`` (default: torch's intra-op thread count on CPU, 1 elsewhere): on CPU with more than one, each
-    batch is split into that many row blocks, one per Python thread, each summing its own chunks with torch's
+    batch is split into that many row blocks, one per worker thread, each summing its own chunks with torch's
     intra-op threads at 1 for the pass (measured 1.36× faster than two intra-op threads on the same chunks,
-    whose skinny GEMMs and short element-wise ops scale poorly). Each worker sums in float64 and the workers'
-    sums are added in a fixed order, so the result does not depend on timing.
+    whose skinny GEMMs and short element-wise ops scale poorly); the next batch is queued while one runs. Each
+    worker sums its own blocks in order in float64 and the workers' sums are added in a fixed order, so the
+    result does not depend on timing (it does on ``workers``, to round-off).
     """
     it = iter(batches)
     first = next(it, None)
@@ -159,19 +161,25 @@ def fused_pass_summary(
         workers = torch.get_num_threads() if a.device.type == "cpu" else 1
     sums = [_Sums(rows, a_t, d) for _ in range(workers)]
     with contextlib.ExitStack() as stack:
-        pool: ThreadPoolExecutor | None = None
+        queues: list[ThreadPoolExecutor] = []  # one single-thread queue per worker: its chunks in order
+        in_flight: collections.deque[list[Future[None]]] = collections.deque()
         for x in itertools.chain((first,), it):
             x = x.to(a.dtype)
-            if workers == 1 or x.shape[0] <= rows:  # one chunk: no threads to share it
+            if not queues and (workers == 1 or x.shape[0] <= rows):  # one chunk: no threads to share it
                 sums[0].add(x, shift_c)
                 continue
-            if pool is None:  # the first batch worth sharing
+            if not queues:  # the first batch worth sharing
                 stack.enter_context(_one_thread_per_op())
-                pool = stack.enter_context(ThreadPoolExecutor(workers))
+                queues = [stack.enter_context(ThreadPoolExecutor(1)) for _ in sums]
             block = -(-x.shape[0] // (workers * rows)) * rows  # rows per worker, a multiple of ``rows``
-            jobs = [pool.submit(w.add, x[i * block : (i + 1) * block], shift_c) for i, w in enumerate(sums)]
+            parts = [x[i * block : (i + 1) * block] for i in range(workers)]
+            in_flight.append([q.submit(w.add, part, shift_c) for q, w, part in zip(queues, sums, parts, strict=True)])
+            if len(in_flight) > 1:  # two batches at most: the next one queued while this one runs
+                for job in in_flight.popleft():
+                    job.result()  # raises a worker's error here
+        for jobs in in_flight:
             for job in jobs:
-                job.result()  # the batch is done (and any error raised) before the next is read
+                job.result()
     s = functools.reduce(operator.add, (w.s for w in sums))
     loglik = functools.reduce(operator.add, (w.loglik for w in sums))
     s_std = torch.empty_like(s)
