@@ -2,18 +2,24 @@
 
     flock /tmp/implicit-em-heavy.lock .venv/bin/python benchmarks/em_pass_profile.py [--n 1000000] [--threads 2]
 
-One pass of ``fitter="em"`` over N rows (D = K = 16, full covariances, float32, the estimator's chunk size) is
-``mixture._em.full_pass`` followed by the M-step; this times its phases separately, chunk by chunk, on the same
-data and parameters, interleaving the repeats and reporting medians:
+One pass of ``fitter="em"`` over N rows (D = K = 16, full covariances, float32, batches of the estimator's
+CHUNK rows) is ``mixture._em.full_pass`` followed by the M-step. In float32 that pass is the fused one of
+``mixture/_fused.py`` (chunks of SUB_CHUNK rows, one Python thread per intra-op thread, each running torch
+single-threaded); this times its phases chunk by chunk inside each worker thread, on the same data and
+parameters, interleaving the repeats and reporting medians (a phase's time is the mean over the workers of the
+time each spent in it, so the phases add up to about the pass):
 
-- features: φ(x − shift)ᵀ, (P, N) with P = D(D+1)/2 + D + 1 = 153 (``quadratic_features_t``);
-- E-step GEMM: Aᵀφ, (K, N), 2·N·P·K flops;
-- normalise: softmax and log-sum-exp over the K rows (``log_normalize``);
-- statistics GEMM: R φᵀ, (K, P), 2·N·P·K flops, then the float64 unpacking;
+- features: φ(x − shift)ᵀ in circulant order, (P, B) with P = D(D+1)/2 + D + 1 = 153, into a reused buffer;
+- E-step GEMM: Aᵀφᵀ, (K, B), 2·B·P·K flops;
+- normalise: softmax and log-sum-exp over the K rows (``_stats.log_normalize``);
+- statistics GEMM: R φ, (K, P), 2·B·P·K flops, added to the float64 sums;
 - M-step: ``from_summaries`` (K Cholesky factorisations, once per pass).
 
-The floor of a phase is the time its flops take at the matmul rate measured in the same run (best of 5 of a
-2048³ float32 product); the two GEMMs are the only phases with O(N·P·K) flops, so the pass's floor is their sum.
+It also times the whole pass as the library runs it (``fused_pass_summary`` then the M-step), and the pass
+before the fused one (``_stats.summarize`` per batch, intra-op threads) on the same data. The floor of a phase
+is the time its flops take at the matmul rate measured in the same run (best of 5 of a 2048³ float32 product,
+all threads); the two GEMMs are the only phases with O(N·P·K) flops, so the pass's floor is their sum. The
+write floor of the features is the time ``fill_`` takes to write the same φ buffers (each worker its own).
 Writes benchmarks/results/em_pass_profile.json. Nothing here changes the library.
 """
 
@@ -23,12 +29,12 @@ import math
 import os
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from implicit_em.mixture import GaussianMixture, _stats
+from implicit_em.mixture import GaussianMixture, _fused, _stats
 from implicit_em.mixture._fitting import CHUNK
 
 
@@ -43,41 +49,79 @@ def matmul_gflops() -> float:
     return 2 * 2048**3 / best / 1e9
 
 
-def one_pass(x: torch.Tensor, a: torch.Tensor, shift: torch.Tensor, params: Any) -> dict[str, float]:
-    """Seconds per phase of one pass over ``x`` in chunks of CHUNK rows, and the whole pass as the library runs it."""
-    t = dict.fromkeys(("features", "E-step GEMM", "normalise", "statistics GEMM", "M-step", "whole pass"), 0.0)
-    d = x.shape[1]
-    total: _stats.Summary | None = None
-    for start in range(0, x.shape[0], CHUNK):
-        chunk = x[start : start + CHUNK]
+PHASES = ("features", "E-step GEMM", "normalise", "statistics GEMM")
+
+
+def _worker_phases(sums: _fused._Sums, x: torch.Tensor, shift: torch.Tensor, t: dict[str, float]) -> None:
+    """``_fused._Sums.add`` with a timer between its operations (the same calls, in the same order)."""
+    ws, k = sums.ws, sums.a_t.shape[0]
+    for start in range(0, x.shape[0], sums.rows):
         t0 = time.perf_counter()
-        phi_t = _stats.quadratic_features_t(chunk - shift)
+        phi_t = ws.features(x[start : start + sums.rows], shift)
         t1 = time.perf_counter()
-        logp = a.T @ phi_t
+        logp = torch.mm(sums.a_t, phi_t, out=ws._logp[: k * phi_t.shape[1]].view(k, -1))
         t2 = time.perf_counter()
         resp, log_norm = _stats.log_normalize(logp)
         t3 = time.perf_counter()
-        nk, sx, sxx = _stats._unpack((resp @ phi_t.T).double(), d)
+        sums.s += torch.mm(resp, phi_t.T, out=ws.stats)
+        sums.loglik += log_norm.sum(dtype=torch.float64)
         t4 = time.perf_counter()
-        n = torch.tensor(float(chunk.shape[0]), dtype=torch.float64)
-        part = _stats.Summary(n, nk, sx, sxx, log_norm.double().sum())
-        total = part if total is None else total + part
-        t["features"] += t1 - t0
-        t["E-step GEMM"] += t2 - t1
-        t["normalise"] += t3 - t2
-        t["statistics GEMM"] += t4 - t3
+        for phase, sec in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            t[phase] += sec
+
+
+def _write_floor(x: torch.Tensor, workers: int) -> float:
+    """Seconds for each worker to fill_ its φ buffer once per chunk of its share of x (the bytes φ writes)."""
+    rows, p = _fused.SUB_CHUNK, 153
+    bufs = [torch.empty(p, rows) for _ in range(workers)]
+
+    def fill(buf: torch.Tensor) -> None:
+        for _ in range(0, x.shape[0] // workers, rows):
+            buf.fill_(1.0)
+
+    t0 = time.perf_counter()
+    with _fused._one_thread_per_op(), ThreadPoolExecutor(workers) as pool:
+        list(pool.map(fill, bufs))
+    return time.perf_counter() - t0
+
+
+def one_pass(x: torch.Tensor, a: torch.Tensor, shift: torch.Tensor, workers: int) -> dict[str, float]:
+    """Seconds per phase of one fused pass over ``x`` (per worker), and the whole pass, old and new."""
+    d = x.shape[1]
+    order = _fused.circulant_order(d)
+    a_t = a[order].T.contiguous()
+    sums = [_fused._Sums(_fused.SUB_CHUNK, a_t, d) for _ in range(workers)]
+    per_worker = [dict.fromkeys(PHASES, 0.0) for _ in range(workers)]
+    with _fused._one_thread_per_op(), ThreadPoolExecutor(workers) as pool:
+        for start in range(0, x.shape[0], CHUNK):
+            batch = x[start : start + CHUNK]
+            block = -(-batch.shape[0] // (workers * _fused.SUB_CHUNK)) * _fused.SUB_CHUNK
+            jobs = [
+                pool.submit(_worker_phases, w, batch[i * block : (i + 1) * block], shift, per_worker[i])
+                for i, w in enumerate(sums)
+            ]
+            for job in jobs:
+                job.result()
+    t = {phase: statistics.mean(w[phase] for w in per_worker) for phase in PHASES}
+    total = _fused.fused_pass_summary((x[i : i + CHUNK] for i in range(0, x.shape[0], CHUNK)), a, shift)
     assert total is not None
     t0 = time.perf_counter()
     _stats.from_summaries(total, shift.double(), 1e-6, "full", torch.float32)
     t["M-step"] = time.perf_counter() - t0
-    t0 = time.perf_counter()  # the library's own pass (the phases above, fused in summarize), plus the M-step
-    whole: _stats.Summary | None = None
+    t0 = time.perf_counter()  # the library's own pass, plus the M-step
+    total = _fused.fused_pass_summary((x[i : i + CHUNK] for i in range(0, x.shape[0], CHUNK)), a, shift)
+    assert total is not None
+    _stats.from_summaries(total, shift.double(), 1e-6, "full", torch.float32)
+    t["whole pass"] = time.perf_counter() - t0
+    t0 = time.perf_counter()  # the pass before the fused one: summarize per batch, intra-op threads
+    old: _stats.Summary | None = None
     for start in range(0, x.shape[0], CHUNK):
         part, _ = _stats.summarize(x[start : start + CHUNK], a, shift)
-        whole = part if whole is None else whole + part
-    assert whole is not None
-    _stats.from_summaries(whole, shift.double(), 1e-6, "full", torch.float32)
-    t["whole pass"] = time.perf_counter() - t0
+        old = part if old is None else old + part
+    assert old is not None
+    _stats.from_summaries(old, shift.double(), 1e-6, "full", torch.float32)
+    t["whole pass before (summarize)"] = time.perf_counter() - t0
+    t["features write floor (fill_)"] = _write_floor(x, workers)
     return t
 
 
@@ -102,10 +146,11 @@ def main() -> None:
     shift = x[:100_000].mean(0)
     a = _stats.score_matrix(params, "full", shift).float()
     p = d * (d + 1) // 2 + d + 1
+    one_pass(x, a, shift, args.threads)  # warm-up: buffers, thread pools, first-call costs
     rates, runs = [], []
     for _ in range(args.repeats):  # the matmul rate and the pass interleaved
         rates.append(matmul_gflops())
-        runs.append(one_pass(x, a, shift, params))
+        runs.append(one_pass(x, a, shift, args.threads))
     rate = statistics.median(rates)
     med = {phase: statistics.median(r[phase] for r in runs) for phase in runs[0]}
     gemm_floor = 2 * args.n * p * k / (rate * 1e9)  # one GEMM's flops at the matmul rate
@@ -118,6 +163,8 @@ def main() -> None:
         "k": k,
         "p": p,
         "chunk": CHUNK,
+        "sub_chunk": _fused.SUB_CHUNK,
+        "workers": args.threads,
         "threads": args.threads,
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
@@ -126,14 +173,19 @@ def main() -> None:
         "seconds_median": med,
         "floor_seconds": {"pass (both GEMMs)": floor, **floors},
         "whole_pass_over_floor": med["whole pass"] / floor,
+        "whole_pass_before_over_floor": med["whole pass before (summarize)"] / floor,
+        "gemm_gflops": {phase: 2 * args.n * p * k / med[phase] / 1e9 for phase in floors},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
-    print(f"N = {args.n:,}, D = K = {d}, P = {p}, chunk {CHUNK}, {args.threads} threads, load {load_before[0]:.2f}")
+    print(
+        f"N = {args.n:,}, D = K = {d}, P = {p}, batches of {CHUNK}, chunks of {_fused.SUB_CHUNK}, "
+        f"{args.threads} threads, load {load_before[0]:.2f}"
+    )
     print(f"matmul rate {rate:.1f} GFLOP/s (median of {args.repeats}); floor of a pass {floor * 1e3:.1f} ms")
     for phase, sec in med.items():
         extra = f"  ({sec / floors[phase]:.2f}x its floor)" if phase in floors else ""
-        print(f"  {phase:<16} {sec * 1e3:8.1f} ms  {sec / floor:5.2f}x the pass floor{extra}")
+        print(f"  {phase:<30} {sec * 1e3:8.1f} ms  {sec / floor:5.2f}x the pass floor{extra}")
 
 
 if __name__ == "__main__":

@@ -185,6 +185,13 @@ _N_ITER_SINCE_ISSUE_13 = {
     "split-merge-online_em": 2,
 }
 _FLOAT32_SINCE_ISSUE_13 = {"fit-em-float32"}
+# Issue 14 (part 3) moved float32 EM onto the fused pass (mixture/_fused.py): the same features, the GEMMs summed
+# in another order, so a float32 fit now differs from the recording in the last float32 bits (measured: weights
+# 1.8e-7, means 9e-8, covariances 3.9e-7 of their largest entry; precisions_cholesky_ 1.7e-5 and precisions_
+# 3.3e-5, the covariances' conditioning amplifying that; lower_bound_ 9e-7; history logliks 1.2e-6, usage 4e-6).
+# These cases are compared to those tolerances (rtol 5e-5, atol 1e-6); every other number, and every integer,
+# flag and float64 case, is still compared exactly.
+_ROUNDING_SINCE_ISSUE_14 = {"fit-em-float32"}
 _PARAMS = ("weights_", "means_", "covariances_", "precisions_cholesky_", "precisions_")
 
 
@@ -206,7 +213,10 @@ def test_fit_reproduces_the_code_before_the_refactor_bitwise(case: str) -> None:
     assert sorted(got) == sorted(expected)
     for key, value in got.items():
         assert value.dtype == expected[key].dtype, key
-        np.testing.assert_array_equal(value, expected[key], err_msg=f"{case}: {key}", strict=True)
+        if case in _ROUNDING_SINCE_ISSUE_14 and value.dtype.kind == "f":
+            np.testing.assert_allclose(value, expected[key], rtol=5e-5, atol=1e-6, err_msg=f"{case}: {key}")
+        else:
+            np.testing.assert_array_equal(value, expected[key], err_msg=f"{case}: {key}", strict=True)
 
 
 def test_a_history_record_holds_epoch_loglik_seconds_and_usage() -> None:

@@ -1,7 +1,8 @@
 r"""Classical batch EM for Gaussian mixtures (paper §2.3), chunked over N.
 
 Each iteration is one pass over the data: the E-step and the statistics Rᵀφ of every chunk
-(``_stats.summarize``), then the M-step from their sum (``_stats.from_summaries``). The loop, the stopping rule
+(``_stats.summarize``; in float32 the fused pass of ``_fused.py``, equal to it to round-off), then the M-step
+from their sum (``_stats.from_summaries``). The loop, the stopping rule
 (|Δ lower bound| < tol, lower bound = mean log-likelihood under the parameters *before* the M-step) and the
 M-step formulas are those of ``sklearn.mixture.GaussianMixture``, so from the same start the two agree to
 round-off. ``_estimate_gaussian_parameters`` and ``_estimate_log_gaussian_prob`` are the direct float64 forms
@@ -11,7 +12,7 @@ round-off. ``_estimate_gaussian_parameters`` and ``_estimate_log_gaussian_prob``
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -22,6 +23,7 @@ from implicit_em import gaussian
 from implicit_em.distances import gaussian_energies
 from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
+from implicit_em.mixture._fused import fused_pass_summary
 from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._stats import (
     MixtureParams,
@@ -77,12 +79,16 @@ def full_pass(
     """
     a = score_matrix(params, covariance_type, shift).to(data.dtype)
     collective = sync and _distributed.active()
+    batches = data.batches(batch_size)
+    if interruptible and not collective:
+        batches = _checked(batches)
     total: Summary | None = None
-    for x in data.batches(batch_size):
-        if interruptible and not collective:
-            _interrupt.check()
-        part, _ = summarize(x, a, shift)
-        total = part if total is None else total + part
+    if a.dtype == torch.float32:  # the fused pass: equal to summarize's to float32 round-off (_fused.py)
+        total = fused_pass_summary(batches, a, shift)
+    else:  # float64 stays on summarize, bitwise as before (sklearn fidelity, the golden fits, the audit)
+        for x in batches:
+            part, _ = summarize(x, a, shift)
+            total = part if total is None else total + part
     if collective:  # every process's statistics summed; a process without data adds zeros
         k, d = params.means.shape
         total = total or _distributed.zero_summary(k, d, params.means.device)
@@ -93,6 +99,13 @@ def full_pass(
     if total is None or float(total.n) == 0:
         raise ValueError("X has no samples")
     return total
+
+
+def _checked(batches: Iterator[Tensor]) -> Iterator[Tensor]:
+    """The batches, with a pending SIGINT raised before each is handed on."""
+    for x in batches:
+        _interrupt.check()
+        yield x
 
 
 def fit_em(
