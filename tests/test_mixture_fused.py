@@ -6,6 +6,9 @@ of the fused chunk nor of the batch, every covariance type, K = 1, odd and even 
 two cases), one and two worker threads.
 """
 
+import time
+from collections.abc import Iterator
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -161,3 +164,62 @@ def test_the_thread_count_is_restored_after_a_pass_and_after_an_error() -> None:
 def test_no_batches_give_none() -> None:
     a = torch.zeros(15, 2)
     assert _fused.fused_pass_summary([], a, torch.zeros(4)) is None
+
+
+def _reused_buffer_batches(x: torch.Tensor, size: int, log: list[int], done: list[int]) -> Iterator[torch.Tensor]:
+    """x in batches written into ONE buffer (a producer that reuses its memory); log[i] is how many worker
+    blocks had finished when batch i was written."""
+    buf = torch.empty(size, x.shape[1], dtype=x.dtype)
+    for i in range(0, x.shape[0], size):
+        log.append(done[0])
+        part = buf[: min(size, x.shape[0] - i)]
+        part.copy_(x[i : i + size])
+        yield part
+
+
+def test_a_stream_that_reuses_its_buffer_is_not_read_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = _data(1200, 4).float()
+    p, shift = _params("full", 3, 4), x[:50].mean(0).double()
+    a = _stats.score_matrix(p, "full", shift).float()
+    done, slow_add = [0], _fused._Sums.add
+
+    def add(self: _fused._Sums, xb: torch.Tensor, s: torch.Tensor) -> None:
+        time.sleep(0.02)  # a slow worker: a producer that ran ahead would overwrite its rows meanwhile
+        slow_add(self, xb, s)
+        done[0] += 1
+
+    monkeypatch.setattr(_fused._Sums, "add", add)
+    log: list[int] = []
+    got = _fused.fused_pass_summary(
+        _reused_buffer_batches(x, 300, log, done), a, shift.float(), rows=64, workers=2, lookahead=False
+    )
+    fresh = [x[i : i + 300] for i in range(0, 1200, 300)]
+    want = _fused.fused_pass_summary(fresh, a, shift.float(), rows=64, workers=2)
+    assert log == [0, 2, 4, 6]  # each batch written only after both workers finished the previous one
+    assert got is not None and want is not None
+    assert all(torch.equal(u, v) for u, v in zip(got, want, strict=True))
+
+
+def test_em_on_a_stream_does_not_read_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """full_pass asks the fused pass for no look-ahead when the data are a user's iterable."""
+    from implicit_em.mixture import _em
+    from implicit_em.mixture._data import DataSource
+
+    seen: list[bool] = []
+    real = _em.fused_pass_summary
+
+    def spy(*args: object, **kw: bool) -> object:
+        seen.append(kw["lookahead"])
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_em, "fused_pass_summary", spy)
+    x = _data(600, 3).float()
+    p = _params("diag", 2, 3)
+    p32 = _stats.MixtureParams(*(t.float() for t in p))
+    shift = x.mean(0)
+    for data, lookahead in (
+        (DataSource(x, torch.device("cpu"), torch.float32), True),
+        (DataSource([x[:300], x[300:]], torch.device("cpu"), torch.float32), False),
+    ):
+        _em.full_pass(data, p32, "diag", shift, 256)
+        assert seen[-1] is lookahead

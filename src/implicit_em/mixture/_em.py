@@ -84,7 +84,7 @@ def full_pass(
         batches = _checked(batches)
     total: Summary | None = None
     if a.dtype == torch.float32:  # the fused pass: equal to summarize's to float32 round-off (_fused.py)
-        total = fused_pass_summary(batches, a, shift)
+        total = fused_pass_summary(batches, a, shift, lookahead=data.kind != "iterable")
     else:  # float64 stays on summarize, bitwise as before (sklearn fidelity, the golden fits, the audit)
         for x in batches:
             part, _ = summarize(x, a, shift)

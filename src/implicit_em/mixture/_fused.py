@@ -138,6 +138,7 @@ def fused_pass_summary(
     shift: Float[Tensor, " d"],
     rows: int = SUB_CHUNK,
     workers: int | None = None,
+    lookahead: bool = True,
 ) -> Summary | None:
     """The summed statistics (float64) of every row of ``batches`` ((B, D) tensors) under the score matrix
     ``a`` (P, K) of :func:`~implicit_em.mixture._stats.score_matrix` in the compute dtype, in chunks of at most
@@ -149,6 +150,9 @@ def fused_pass_summary(
     whose skinny GEMMs and short element-wise ops scale poorly); the next batch is queued while one runs. Each
     worker sums its own blocks in order in float64 and the workers' sums are added in a fixed order, so the
     result does not depend on timing (it does on ``workers``, to round-off).
+
+    ``lookahead=False`` waits for a batch's work before the next batch is drawn from ``batches``: for a stream
+    whose producer may reuse one buffer for every batch (a user's iterable), which the queued batch would race.
     """
     it = iter(batches)
     first = next(it, None)
@@ -174,7 +178,7 @@ def fused_pass_summary(
             block = -(-x.shape[0] // (workers * rows)) * rows  # rows per worker, a multiple of ``rows``
             parts = [x[i * block : (i + 1) * block] for i in range(workers)]
             in_flight.append([q.submit(w.add, part, shift_c) for q, w, part in zip(queues, sums, parts, strict=True)])
-            if len(in_flight) > 1:  # two batches at most: the next one queued while this one runs
+            if len(in_flight) > int(lookahead):  # two batches at most: the next one queued while this one runs
                 for job in in_flight.popleft():
                     job.result()  # raises a worker's error here
         for jobs in in_flight:
