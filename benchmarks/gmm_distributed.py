@@ -25,6 +25,7 @@ import json
 import math
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -100,6 +101,25 @@ def _run(rank: int, world: int, args: argparse.Namespace, npy: str, out: str, in
             dist.destroy_process_group()
 
 
+def _cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds every process on the machine has used since boot, from /proc/stat; CPU seconds of this
+    process and its finished children): their growth over the run tells how much other jobs ran meanwhile."""
+    own = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    mine = sum(r.ru_utime + r.ru_stime for r in own)
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:  # not Linux
+        return math.nan, mine
+    busy = sum(int(v) for i, v in enumerate(fields) if i not in (3, 4))  # all but idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK"), mine
+
+
+def _other_cpu(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """CPU seconds that other processes used between two :func:`_cpu_seconds` readings (about 0 on a quiet
+    machine, up to the run's wall seconds per busy core when another job competed)."""
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1]))
+
+
 def _label(name: str, default_batch: int) -> str:
     if name == "em":
         return "batch EM pass"
@@ -125,7 +145,11 @@ def table(record: dict[str, Any]) -> str:
         )
     load = record["loadavg_before"][0], record["loadavg_after"][0]
     lines.append("")
-    lines.append(f"Load average (1 min) before {load[0]:.2f}, after {load[1]:.2f}; torch {record['torch']}.")
+    other = record.get("other_processes_cpu_seconds", math.nan)
+    lines.append(
+        f"Load average (1 min) before {load[0]:.2f}, after {load[1]:.2f}; other processes used {other:.0f} CPU "
+        f"seconds during the {record.get('wall_seconds', math.nan):.0f} s run; torch {record['torch']}."
+    )
     return "\n".join(lines)
 
 
@@ -154,6 +178,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"  # one thread per process: the spawned children read it when numpy and torch load
     load_before = list(os.getloadavg())
+    cpu_before, t_start = _cpu_seconds(), time.perf_counter()
     runs: dict[str, list[dict[str, Any]]] = {"1": [], "2": []}
     restarts: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,6 +214,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "loadavg_before": load_before,
         "loadavg_after": list(os.getloadavg()),
+        "other_processes_cpu_seconds": _other_cpu(cpu_before, _cpu_seconds()),
+        "wall_seconds": time.perf_counter() - t_start,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
