@@ -297,10 +297,10 @@ class GradientDescent:
     state_attr = "_gd_state"
     split_merge = False
     distributed = True
-    #: the estimator's schedule (issue 14): epochs of at least MIN_STEPS steps, per-feature scales, the last
-    #: epoch's mean iterate; ``{}`` gives ``fit_gd``'s own defaults, the schedule before it (one pass per epoch,
-    #: one scalar scale, the last iterate), which the golden fitter tests and ``benchmarks/gd_convergence.py
-    #: --old`` run
+    #: the estimator's schedule (issue 14): epochs of at least MIN_STEPS steps, Adam in whitened coordinates,
+    #: the last epoch's mean iterate (and reg_covar as a variance floor); ``{}`` gives ``fit_gd``'s own
+    #: defaults, the schedule before it (one pass per epoch, one scalar scale, the last iterate, no floor),
+    #: which the golden fitter tests and ``benchmarks/gd_convergence.py --old`` run
     schedule: dict[str, Any] = {"min_steps": MIN_STEPS, "per_feature_scale": True, "average": True}  # noqa: RUF012
 
     def fit(
@@ -334,6 +334,7 @@ class GradientDescent:
             resume=resume,
             on_safe_point=on_safe_point,
             **self.schedule,
+            **({"reg_covar": settings.reg_covar} if self.schedule else {}),  # type: ignore[arg-type]  # its floor
         )
         if not settings.volume:
             return result, state
