@@ -96,7 +96,13 @@ def test_online_em_path_is_one_continuous_run(problem: dict[str, Any]) -> None:
     assert not torch.allclose(path[1].means, path[2].means)  # it moves every pass
 
 
-def test_gd_path_reads_the_estimators_gd_after_every_epoch(problem: dict[str, Any]) -> None:
+def test_gd_path_reads_the_estimators_gd_after_every_epoch(
+    problem: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gd_path calls fit_gd with its own defaults: the estimator's gd schedule before issue 14 (schedule {})
+    from implicit_em.mixture._fitting import REGISTRY
+
+    monkeypatch.setattr(REGISTRY["gd"], "schedule", {})
     d, start, shift, scale = problem["data"], problem["start"], problem["shift"], problem["scale"]
     seed = int(np.random.RandomState(5).randint(2**31 - 1))  # the generator seed GaussianMixture draws first
     path, epochs = so.gd_path(d, start, shift, scale, 4, 128, 0.01, 1e-5, seed)

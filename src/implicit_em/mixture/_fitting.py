@@ -19,7 +19,7 @@ from torch import Tensor
 from implicit_em.mixture import _distributed, _stats
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
-from implicit_em.mixture._gd import fit_gd, gd_step, make_state, state_params
+from implicit_em.mixture._gd import MIN_STEPS, fit_gd, gd_step, make_state, state_params
 from implicit_em.mixture._online_em import fit_online_em, init_state, online_step
 from implicit_em.mixture._stats import MixtureParams
 
@@ -297,6 +297,11 @@ class GradientDescent:
     state_attr = "_gd_state"
     split_merge = False
     distributed = True
+    #: the estimator's schedule (issue 14): epochs of at least MIN_STEPS steps, Adam in whitened coordinates,
+    #: the last epoch's mean iterate (and reg_covar as a variance floor); ``{}`` gives ``fit_gd``'s own
+    #: defaults, the schedule before it (one pass per epoch, one scalar scale, the last iterate, no floor),
+    #: which the golden fitter tests and ``benchmarks/gd_convergence.py --old`` run
+    schedule: dict[str, Any] = {"min_steps": MIN_STEPS, "per_feature_scale": True, "average": True}  # noqa: RUF012
 
     def fit(
         self,
@@ -328,6 +333,8 @@ class GradientDescent:
             callback=callback,
             resume=resume,
             on_safe_point=on_safe_point,
+            **self.schedule,
+            **({"reg_covar": settings.reg_covar} if self.schedule else {}),  # type: ignore[arg-type]  # its floor
         )
         if not settings.volume:
             return result, state
@@ -340,8 +347,9 @@ class GradientDescent:
             state = make_state(
                 params, settings.covariance_type, shift, scale, settings.learning_rate, settings.optimizer
             )
-        loglik = gd_step(state, x, shift, scale, settings.volume)
-        return state, state_params(state, settings.covariance_type, shift, scale), loglik
+        coords = state.scale if state.scale is not None else scale  # the coordinates the state steps in
+        loglik = gd_step(state, x, shift, coords, settings.volume)
+        return state, state_params(state, settings.covariance_type, shift, coords), loglik
 
 
 REGISTRY: dict[str, Fitter] = {"em": BatchEM(), "online_em": OnlineEM(), "gd": GradientDescent()}

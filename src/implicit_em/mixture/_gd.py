@@ -13,9 +13,10 @@ of that product are the gradient, and autograd carries it from the score matrix 
 :func:`batch_loss` keeps as the reference). With ``volume=False`` the energy is the distance ½‖z_j‖² alone,
 whose optimum is W → 0 (metric collapse, the reason for the volume term).
 
-The fit works in standardised coordinates (x − shift) / scale with one scalar scale, so Adam's learning rate
-does not depend on the units of the data; parameters are mapped back exactly (scale is a scalar, so the
-triangular and diagonal structure of W is kept).
+The fit works in standardised coordinates (x − shift) / scale, so Adam's learning rate does not depend on the
+units of the data; parameters are mapped back exactly. ``scale`` is one scalar (``fit_gd``'s default, and
+"spherical"), one per feature, or (the estimator's schedule, "full" and "tied") the Cholesky factor C of the
+data covariance, u = C⁻¹(x − shift): each keeps the triangular or diagonal structure of W.
 
 In a ``torch.distributed`` process group the fit is data-parallel (:func:`group_gd_step`): each process takes
 its rows of the global mini-batch (the one the single process draws from the concatenated data), the gradient
@@ -28,8 +29,10 @@ CPU, as a run that was never stopped.
 """
 
 import copy
+import itertools
 import math
 import time
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -53,27 +56,39 @@ from implicit_em.objectives import mixture_nll
 
 OPTIMIZERS = ("adam", "sgd")
 LR_HALVINGS = 3  #: plateaus that halve the learning rate before the next one stops the fit
+MIN_STEPS = 64  #: the estimator's epochs take at least this many optimiser steps (whole passes over the data)
+
+_PASS_ROWS = 16_384  # rows per chunk of the one pass that measures the feature scales
+Scale = float | Tensor  #: the standardising scale: one scalar, or one per feature (D,) (see fit_gd)
 
 
 class GDState(NamedTuple):
-    """The model and optimiser a gradient fit (or ``partial_fit``) continues from."""
+    """The model and optimiser a gradient fit (or ``partial_fit``) continues from, and the scale its
+    standardised coordinates use (a ``partial_fit`` step after ``fit`` must step in the same coordinates)."""
 
     components: GaussianComponents
     logits: nn.Parameter
     optimizer: torch.optim.Optimizer
+    scale: Scale | None = None
 
 
 def make_state(
     params: MixtureParams,
     covariance_type: str,
     shift: Float[Tensor, " d"],
-    scale: float,
+    scale: Scale,
     learning_rate: float,
     optimizer: str,
 ) -> GDState:
-    """Standardised components and logits from sklearn-shaped parameters, with a fresh optimiser."""
-    means = (params.means - shift) / scale
-    prec_chol = params.precisions_cholesky * scale
+    """Standardised components and logits from sklearn-shaped parameters, with a fresh optimiser (a per-feature
+    ``scale`` keeps the structure of "full", "tied" and "diag"; "spherical" takes a scalar one)."""
+    centred = params.means - shift
+    if isinstance(scale, Tensor) and scale.dim() == 2:  # u = C⁻¹(x − shift)
+        c = scale.to(dtype=centred.dtype, device=centred.device)
+        means = torch.linalg.solve_triangular(c, centred.T, upper=False).T
+    else:
+        means = centred / _like(scale, centred)
+    prec_chol = _scale_rows(params.precisions_cholesky, scale, covariance_type)
     components = GaussianComponents.from_precisions_cholesky(means, prec_chol, covariance_type)  # type: ignore[arg-type]
     logits = nn.Parameter(torch.log(params.weights).clone())
     groups = [*components.parameters(), logits]
@@ -84,7 +99,7 @@ def make_state(
         opt = torch.optim.SGD(groups, lr=learning_rate, momentum=0.9)
     else:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-    return GDState(components, logits, opt)
+    return GDState(components, logits, opt, scale)
 
 
 def batch_loss(state: GDState, x_std: Float[Tensor, "b d"], volume: bool) -> Float[Tensor, ""]:
@@ -123,20 +138,20 @@ def accumulate_gradient(state: GDState, x_std: Float[Tensor, "b d"], volume: boo
     return log_norm
 
 
-def gd_step(state: GDState, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"], scale: float, volume: bool) -> float:
+def gd_step(state: GDState, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"], scale: Scale, volume: bool) -> float:
     """One optimiser step on batch x (original coordinates); returns the batch's mean objective per sample in
     original coordinates (log-likelihood when volume=True)."""
-    x_std = (x - shift.to(x.dtype)) / scale
+    x_std = _standardise(x, shift, scale)
     state.optimizer.zero_grad(set_to_none=True)
     log_norm = accumulate_gradient(state, x_std, volume)
     loss = -log_norm.double().mean()
     state.optimizer.step()
-    jacobian = x.shape[1] * math.log(scale) if volume else 0.0  # density of x = density of x_std / scale^D
+    jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
     return -float(loss.detach()) - jacobian
 
 
 def group_gd_step(
-    state: GDState, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"], scale: float, volume: bool
+    state: GDState, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"], scale: Scale, volume: bool
 ) -> tuple[float, int] | None:
     r"""One data-parallel optimiser step in a process group: x is this process's part of the global batch
     (possibly empty). The gradient of the summed NLL with respect to the score matrix A, −φRᵀ (the E-step
@@ -146,7 +161,7 @@ def group_gd_step(
     gradient of the global batch's mean NLL (the map from A's gradient to the parameters' is linear), so every
     process takes the same step. Returns the global batch's summed objective (original coordinates) and rows,
     or None when the global batch is empty (every process's stream is exhausted: the epoch is over)."""
-    x_std = (x - shift.to(x.dtype)) / scale
+    x_std = _standardise(x, shift, scale)
     state.optimizer.zero_grad(set_to_none=True)
     a = log_joint_matrix(state, volume)
     with torch.no_grad():
@@ -165,16 +180,19 @@ def group_gd_step(
     grad = flat[: stat.numel()].reshape(stat.shape).to(a.dtype).mul_(-1.0 / rows)
     a.backward(grad)
     state.optimizer.step()
-    jacobian = x.shape[1] * math.log(scale) if volume else 0.0  # density of x = density of x_std / scale^D
+    jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
     return float(flat[-2]) - rows * jacobian, rows
 
 
 @torch.no_grad()
-def state_params(state: GDState, covariance_type: str, shift: Float[Tensor, " d"], scale: float) -> MixtureParams:
+def state_params(state: GDState, covariance_type: str, shift: Float[Tensor, " d"], scale: Scale) -> MixtureParams:
     """sklearn-shaped parameters in original coordinates."""
     c = state.components
-    means = c.means.detach() * scale + shift.to(c.means.dtype)
-    prec_chol = c.precisions_cholesky().detach() / scale
+    if isinstance(scale, Tensor) and scale.dim() == 2:  # x = shift + C u
+        means = c.means.detach() @ scale.to(c.means.dtype).T + shift.to(c.means.dtype)
+    else:
+        means = c.means.detach() * _like(scale, c.means) + shift.to(c.means.dtype)
+    prec_chol = _scale_rows(c.precisions_cholesky().detach(), scale, covariance_type, inverse=True)
     weights = torch.softmax(state.logits.detach(), dim=0)
     cov = covariances_from_precisions_cholesky(prec_chol, covariance_type)
     return MixtureParams(weights, means, cov, prec_chol)
@@ -198,6 +216,10 @@ def fit_gd(
     callback: Callback | None = None,
     resume: dict[str, Any] | None = None,
     on_safe_point: SafePoint | None = None,
+    min_steps: int = 1,
+    per_feature_scale: bool = False,
+    average: bool = False,
+    reg_covar: float = 0.0,
 ) -> tuple[FitResult, GDState]:
     """Epochs of mini-batch gradient descent with the learning rate halved on plateaus.
 
@@ -207,20 +229,32 @@ def fit_gd(
     the iterate in a noise ball whose size grows with the step: at N = 3e5 from k-means, Adam at 0.01 stayed
     0.017 nats/sample short of the EM optimum, the halvings end 0.001 short.
 
+    The estimator's schedule (issue 14; the defaults here are the schedule before it, bitwise): ``min_steps``
+    makes an epoch whole passes until it has that many steps (with N <= batch_size an epoch was one full-batch
+    step, and 100 epochs too few); ``per_feature_scale`` steps in whitened coordinates (:func:`feature_scale`,
+    unless ``state`` is given: then the caller's ``scale``); ``average`` ends at the mean of the last epoch's
+    iterates (:class:`_EpochAverage`); ``reg_covar`` > 0 projects every iterate onto variances >= reg_covar
+    (:func:`_floor_variances`). ``n_iter`` counts epochs, at most ``max_iter``.
+
     ``lower_bound`` of the result is the last epoch's mean objective (a running average over the epoch, not
     an exact pass; the estimator replaces it by an exact pass). ``on_safe_point(epochs, snapshot)`` follows
     every epoch that did not converge; ``resume`` takes such a snapshot, or the one a
     :class:`~implicit_em.mixture._interrupt.FitInterrupted` carries (after any step).
     """
-    state = state if state is not None else make_state(params, covariance_type, shift, scale, learning_rate, optimizer)
+    coords: Scale = scale
+    if state is None:
+        coords = feature_scale(data, shift, scale, covariance_type) if per_feature_scale else scale
+        state = make_state(params, covariance_type, shift, coords, learning_rate, optimizer)
     pos, halvings, converged = EpochPosition(), 0, False
+    tail = _EpochAverage(_parameters(state)) if average else None
     if resume is not None:
-        pos, halvings = _load_snapshot(state, resume, generator)
+        pos, halvings = _load_snapshot(state, resume, generator, tail)
     mean = pos.prev
     in_group = data.layout is not None  # a process group: data-parallel steps on the global mini-batches
+    passes = epoch_passes(data, batch_size, min_steps)
 
     def snapshot() -> dict[str, Any]:
-        return _snapshot(state, covariance_type, shift, scale, pos, halvings, generator)
+        return _snapshot(state, covariance_type, shift, coords, pos, halvings, generator, tail)
 
     with _interrupt.deferred():
         try:
@@ -228,14 +262,24 @@ def fit_gd(
                 if not in_group:  # in a process group the interrupt flag travels with the all-reduce
                     _interrupt.check()
                 t0 = time.perf_counter()
-                for x in epoch_batches(data, batch_size, generator, pos):
+                if tail is not None and pos.step == 0:
+                    tail.reset()
+                for x in _epoch_batches(data, batch_size, generator, pos, passes):
                     if in_group:
-                        step = group_gd_step(state, x, shift, scale, volume)
+                        step = group_gd_step(state, x, shift, coords, volume)
                         if step is None:
                             break
                         pos.advance(*step)
+                        if reg_covar > 0:
+                            _floor_variances(state, coords, reg_covar)
+                        if tail is not None:
+                            tail.add()
                         continue
-                    pos.advance(gd_step(state, x, shift, scale, volume) * x.shape[0], x.shape[0])
+                    pos.advance(gd_step(state, x, shift, coords, volume) * x.shape[0], x.shape[0])
+                    if reg_covar > 0:
+                        _floor_variances(state, coords, reg_covar)
+                    if tail is not None:
+                        tail.add()
                     _interrupt.check()
                 mean, prev = pos.mean(), pos.prev
                 if not math.isfinite(mean):
@@ -256,23 +300,204 @@ def fit_gd(
                 if on_safe_point is not None:
                     on_safe_point(pos.epoch, snapshot)
         except KeyboardInterrupt:
-            kept = FitResult(state_params(state, covariance_type, shift, scale), pos.epoch, pos.prev, False, True)
-            raise FitInterrupted(kept, state, snapshot()) from None
-    return FitResult(state_params(state, covariance_type, shift, scale), pos.epoch, mean, converged, False), state
+            saved = snapshot()  # the iterate and the sums: a resumed fit continues exactly
+            if tail is not None and pos.step == 0:  # between epochs: what a fit of max_iter = pos.epoch ends with
+                tail.apply()
+            kept = FitResult(state_params(state, covariance_type, shift, coords), pos.epoch, pos.prev, False, True)
+            raise FitInterrupted(kept, state, saved) from None
+    if tail is not None:
+        tail.apply()  # the mean of the last epoch's iterates (Polyak-Ruppert): the centre of the noise ball
+    return FitResult(state_params(state, covariance_type, shift, coords), pos.epoch, mean, converged, False), state
+
+
+def _like(scale: Scale, ref: Tensor) -> Scale:
+    """The scale as it multiplies ``ref``: a float stays a float (the scalar path's numbers are unchanged)."""
+    return scale.to(dtype=ref.dtype, device=ref.device) if isinstance(scale, Tensor) else scale
+
+
+def _standardise(x: Float[Tensor, "b d"], shift: Float[Tensor, " d"], scale: Scale) -> Float[Tensor, "b d"]:
+    """(x − shift) / scale, or C⁻¹(x − shift) for a triangular factor C, in x's dtype."""
+    if isinstance(scale, Tensor) and scale.dim() == 2:
+        return torch.linalg.solve_triangular(scale.to(x.dtype), (x - shift.to(x.dtype)).T, upper=False).T
+    return (x - shift.to(x.dtype)) / _like(scale, x)
+
+
+def _log_jacobian(scale: Scale, d: int) -> float:
+    """log|det S| of the standardising map S = diag(scale): D log s, or Σ_d log s_d."""
+    if isinstance(scale, Tensor):
+        return float((scale.diagonal() if scale.dim() == 2 else scale).double().log().sum())
+    return d * math.log(scale)
+
+
+def _scale_rows(prec_chol: Tensor, scale: Scale, covariance_type: str, inverse: bool = False) -> Tensor:
+    r"""sklearn's precision Cholesky factor U (z = (x − μ)ᵀU) in standardised coordinates x = shift + S u:
+    U' = S U, the rows scaled (``inverse``: U = S⁻¹U'). Row scaling keeps U triangular ("full", "tied") or
+    diagonal ("diag", stored (K, D)); a scalar scale also keeps "spherical" (K,)."""
+    if not isinstance(scale, Tensor):
+        return prec_chol / scale if inverse else prec_chol * scale
+    if covariance_type == "spherical":
+        raise ValueError("a spherical covariance takes one scalar scale, got one per feature")
+    s = scale.to(dtype=prec_chol.dtype, device=prec_chol.device)
+    if s.dim() == 2:  # U' = Cᵀ U: upper triangular times upper triangular ("full", "tied" only)
+        if covariance_type not in ("full", "tied"):
+            raise ValueError(f"a triangular scale keeps only full and tied covariances, got {covariance_type!r}")
+        return torch.linalg.solve_triangular(s.T, prec_chol, upper=True) if inverse else s.T @ prec_chol
+    s = 1.0 / s if inverse else s
+    return prec_chol * (s[:, None] if covariance_type in ("full", "tied") else s)  # U (.., D, D) or diag (.., D)
+
+
+def feature_scale(data: DataSource, shift: Float[Tensor, " d"], scale: float, covariance_type: str) -> Scale:
+    """The per-feature standard deviations of the data (float64, (D,); one pass, over every shard in a process
+    group), so that every feature has unit spread in the coordinates Adam steps in: Adam moves every parameter
+    by about the learning rate, so with one scalar scale a feature 1e4 times narrower than the widest one (wine,
+    breast cancer) gets mean and precision steps 1e4 times too large for it. A feature without spread keeps the
+    scalar ``scale``; "spherical" keeps it for every feature (a per-feature scale would not stay spherical)."""
+    if covariance_type == "spherical":
+        return scale
+    total: Tensor | None = None
+    for x in data.batches(_PASS_ROWS):
+        xc = x.double() - shift.double().to(x.device)
+        rows = torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)
+        part = torch.cat([xc.sum(0), (xc.T @ xc).reshape(-1), rows])
+        total = part if total is None else total + part
+    if total is None:
+        return scale
+    if data.layout is not None:  # a process group: the sums over every process's shard
+        total = _distributed.all_reduce_sum(total)
+    total = total.cpu()
+    d = int(shift.numel())
+    n = max(float(total[-1]), 1.0)
+    mean = total[:d] / n
+    cov = total[d : d + d * d].reshape(d, d) / n - torch.outer(mean, mean)
+    if covariance_type in ("full", "tied"):
+        chol, info = torch.linalg.cholesky_ex(cov)
+        if int(info) == 0 and bool((chol.diagonal() > 1e-12 * scale).all()):
+            return chol
+    std = cov.diagonal().clamp_min(0.0).sqrt()
+    return torch.where(std > 1e-12 * scale, std, torch.full_like(std, scale))
+
+
+def epoch_passes(data: DataSource, batch_size: int, min_steps: int) -> int:
+    """Passes over the data in one epoch: enough for ``min_steps`` optimiser steps; one when a pass has that
+    many, or when its steps are not known (a stream in a process group)."""
+    rows = data.layout[1] if data.layout is not None else data.n_samples
+    if min_steps <= 1 or rows is None or (data.layout is not None and data.kind == "iterable"):
+        return 1
+    return max(1, math.ceil(min_steps / max(1, math.ceil(rows / batch_size))))
+
+
+def _epoch_batches(
+    data: DataSource, batch_size: int, generator: torch.Generator, pos: EpochPosition, passes: int
+) -> Iterator[Tensor]:
+    """:func:`~implicit_em.mixture._epochs.epoch_batches` over ``passes`` consecutive passes, each reshuffled by
+    the generator; a resumed epoch redraws them from the state it started from and skips the steps taken."""
+    if passes == 1:
+        return epoch_batches(data, batch_size, generator, pos)
+    if pos.step == 0:
+        pos.generator = generator.get_state()
+    else:
+        assert pos.generator is not None
+        generator.set_state(pos.generator.cpu())
+    chained = itertools.chain.from_iterable(data.step_batches(batch_size, generator) for _ in range(passes))
+    return itertools.islice(chained, pos.step, None)
+
+
+@torch.no_grad()
+def _floor_variances(state: GDState, scale: Scale, reg_covar: float) -> None:
+    r"""Project the iterate onto variances of at least ``reg_covar`` per feature (projected gradient descent).
+
+    The exact likelihood is unbounded when a feature is constant inside a component (its variance → 0), and
+    the longer epochs would follow it there. With Σ = (WᵀW)⁻¹, Σ_dd ≥ 1/P_dd and P_dd = ‖W_{:,d}‖², so
+    scaling column d of W down to norm 1/√r_d keeps Σ_dd ≥ r_d, with r_d = reg_covar / s_d² the floor in
+    the standardised coordinates (s_d: the feature's scale). Iterates inside the bound are left bitwise alone.
+    With a triangular scale (the data covariance is positive definite) no floor is applied: a coordinate of
+    u mixes features, so a per-coordinate floor would not be reg_covar per feature (on breast cancer it bound
+    far above it and stopped the fit short).
+    """
+    c = state.components
+    d = c.n_features
+    if isinstance(scale, Tensor) and scale.dim() == 2:
+        return
+    if isinstance(scale, Tensor):
+        s = scale.to(c.means.dtype)
+    else:
+        s = torch.full((d,), float(scale), dtype=c.means.dtype)
+    cap = s.log() - 0.5 * math.log(reg_covar)  # log of the largest allowed ‖W_{:,d}‖
+    if c.covariance_type == "spherical":
+        c.log_scale.clamp_(max=float(cap.min()))
+        return
+    if c.covariance_type == "diag":
+        c.log_diag.copy_(torch.minimum(c.log_diag, cap))
+        return
+    w = c.whitening()  # (K, D, D) or (D, D), lower triangular
+    excess = (w.norm(dim=-2).log() - cap).clamp_min(0.0)  # (K, D) or (D,): log of the column's shrink factor
+    if bool((excess > 0).any()):
+        c.log_diag.sub_(excess)
+        c.lower.mul_(torch.exp(-excess).unsqueeze(-2))  # column d of the strict lower part
+
+
+def _parameters(state: GDState) -> list[nn.Parameter]:
+    """The optimised tensors, in a fixed order: the components' parameters, then the logits."""
+    return [*state.components.parameters(), state.logits]
+
+
+class _EpochAverage:
+    """The running mean of the iterates of the epoch in progress (Polyak-Ruppert averaging over one epoch).
+
+    Adam at a fixed rate leaves the iterate in a noise ball around the optimum (mini-batch noise, or the
+    oscillation of its normalised full-batch steps); the mean of the last epoch's iterates sits near its centre,
+    which the plateau test cannot reach by halving the rate without many more epochs. Sums are float64.
+    """
+
+    def __init__(self, params: list[nn.Parameter]) -> None:
+        self.params = params
+        self.sums = [torch.zeros_like(p, dtype=torch.float64) for p in params]
+        self.count = 0
+
+    def reset(self) -> None:
+        for total in self.sums:
+            total.zero_()
+        self.count = 0
+
+    @torch.no_grad()
+    def add(self) -> None:
+        for total, p in zip(self.sums, self.params, strict=True):
+            total.add_(p.detach().double())
+        self.count += 1
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        """Set the parameters to the mean (a no-op before any step)."""
+        if self.count == 0:
+            return
+        for total, p in zip(self.sums, self.params, strict=True):
+            p.copy_(total / self.count)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "sums": [t.clone() for t in self.sums]}
+
+    def load(self, d: dict[str, Any]) -> None:
+        self.count = int(d["count"])
+        for total, saved in zip(self.sums, d["sums"], strict=True):
+            total.copy_(saved)
 
 
 def _snapshot(
     state: GDState,
     covariance_type: str,
     shift: Float[Tensor, " d"],
-    scale: float,
+    scale: Scale,
     pos: EpochPosition,
     halvings: int,
     generator: torch.Generator,
+    tail: _EpochAverage | None = None,
 ) -> dict[str, Any]:
     """What gradient descent resumes from: the model's and the optimiser's state dicts (copies), the
-    parameters they give, the position, the learning-rate halvings and the generator's state."""
+    parameters they give, the position, the learning-rate halvings, the generator's state and (when the fit
+    averages) the epoch's running sums of the iterates."""
+    extra = {} if tail is None else {"average": tail.to_dict()}
     return {
+        **extra,
         "params": list(state_params(state, covariance_type, shift, scale)),
         "components": {k: v.detach().clone() for k, v in state.components.state_dict().items()},
         "logits": state.logits.detach().clone(),
@@ -283,8 +508,12 @@ def _snapshot(
     }
 
 
-def _load_snapshot(state: GDState, snapshot: dict[str, Any], generator: torch.Generator) -> tuple[EpochPosition, int]:
+def _load_snapshot(
+    state: GDState, snapshot: dict[str, Any], generator: torch.Generator, tail: _EpochAverage | None = None
+) -> tuple[EpochPosition, int]:
     """Overwrite the state (built from the snapshot's parameters) with the snapshot's exact tensors."""
+    if tail is not None and "average" in snapshot:
+        tail.load(snapshot["average"])
     state.components.load_state_dict(snapshot["components"])
     with torch.no_grad():
         state.logits.copy_(snapshot["logits"])
