@@ -25,7 +25,6 @@ Writes benchmarks/results/em_pass_profile.json. Nothing here changes the library
 
 import argparse
 import json
-import math
 import os
 import statistics
 import time
@@ -33,21 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+from gmm_vs_peers import matmul_gflops  # the same 2048³ rate the peer benchmark measures (this script's folder)
 
 from implicit_em.mixture import GaussianMixture, _fused, _stats
 from implicit_em.mixture._fitting import CHUNK
-
-
-def matmul_gflops() -> float:
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    a @ b
-    best = math.inf
-    for _ in range(5):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * 2048**3 / best / 1e9
-
 
 PHASES = ("features", "E-step GEMM", "normalise", "statistics GEMM")
 
@@ -149,7 +137,7 @@ def main() -> None:
     one_pass(x, a, shift, args.threads)  # warm-up: buffers, thread pools, first-call costs
     rates, runs = [], []
     for _ in range(args.repeats):  # the matmul rate and the pass interleaved
-        rates.append(matmul_gflops())
+        rates.append(matmul_gflops(args.threads))
         runs.append(one_pass(x, a, shift, args.threads))
     rate = statistics.median(rates)
     med = {phase: statistics.median(r[phase] for r in runs) for phase in runs[0]}

@@ -13,26 +13,11 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from implicit_em import gaussian
 from implicit_em.mixture import _fused, _stats
 from implicit_em.mixture._em import _estimate_log_gaussian_prob
+from test_mixture_stats import _random_params as _params  # the same random parameters of every covariance type
 
 TYPES = ["full", "tied", "diag", "spherical"]
-
-
-def _params(cov_type: str, k: int, d: int, seed: int = 0) -> _stats.MixtureParams:
-    g = torch.Generator().manual_seed(seed)
-    means = torch.randn(k, d, generator=g, dtype=torch.float64) * 2
-    a = torch.randn(k, d, d, generator=g, dtype=torch.float64) / d**0.5
-    full = a @ a.mT + 0.5 * torch.eye(d, dtype=torch.float64)
-    cov = {
-        "full": full,
-        "tied": full[0],
-        "diag": torch.diagonal(full, dim1=-2, dim2=-1).clone(),
-        "spherical": torch.diagonal(full, dim1=-2, dim2=-1).mean(1),
-    }[cov_type]
-    weights = torch.softmax(torch.randn(k, generator=g, dtype=torch.float64), 0)
-    return _stats.MixtureParams(weights, means, cov, gaussian.precisions_cholesky(cov, cov_type, on_singular="ridge"))
 
 
 def _data(n: int, d: int, seed: int = 1) -> torch.Tensor:

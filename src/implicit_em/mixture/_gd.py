@@ -269,18 +269,15 @@ def fit_gd(
                         step = group_gd_step(state, x, shift, coords, volume)
                         if step is None:
                             break
-                        pos.advance(*step)
-                        if reg_covar > 0:
-                            _floor_variances(state, coords, reg_covar)
-                        if tail is not None:
-                            tail.add()
-                        continue
-                    pos.advance(gd_step(state, x, shift, coords, volume) * x.shape[0], x.shape[0])
+                    else:
+                        step = gd_step(state, x, shift, coords, volume) * x.shape[0], x.shape[0]
+                    pos.advance(*step)
                     if reg_covar > 0:
                         _floor_variances(state, coords, reg_covar)
                     if tail is not None:
                         tail.add()
-                    _interrupt.check()
+                    if not in_group:  # in a process group the interrupt flag travels with the all-reduce
+                        _interrupt.check()
                 mean, prev = pos.mean(), pos.prev
                 if not math.isfinite(mean):
                     raise FloatingPointError("gradient descent diverged (non-finite objective); lower learning_rate")
