@@ -27,6 +27,15 @@ Protocol (fixed before the table below was produced; see "How it was chosen"):
 - Control that can fail: ``--old`` runs gd as it was before this change (``fit_gd``'s own defaults: one pass
   per epoch, one scalar scale, the last iterate), which must show the issue's shortfall in the same table.
 
+Since gd has reg_covar's penalty (issue 14, third session; ``_gd._reg_covar_backward``): gd at its defaults
+now climbs the same regularised objective as EM with ``reg_covar=1e-6``, whose stationary points are EM's fixed
+points at that reg_covar, no longer the unfloored likelihood the rule's reference climbs. The rule is kept as it
+was written (so breast cancer, where the 1e-6 binds, fails it by construction: gd is regularised, the reference
+is not); the matched references are shown beside it, unchanged in definition: "EM, reg 1e-6" from gd's own
+starts, and the issue's "EM at defaults". Added with it (information only, not in the rule): "EM polish gain,
+reg 1e-6", the training likelihood EM at reg_covar = 1e-6 still gains from gd's end (~0: gd is stationary for
+the objective it climbs).
+
 How it was chosen: exploratory runs (not kept) showed EM at tol 1e-3 stopping short of its optimum (gd then
 "beats" EM on training and, on breast cancer, loses on held-out by over-fitting *more*), and that EM's starts
 after the first are not gd's; hence EM's optimum from gd's own starts is the rule's reference.
@@ -127,6 +136,7 @@ def one_split(name: str, k: int, seed: int) -> dict[str, Any]:
     em_reg = max(floored, key=lambda m: m.score(train))
     em_default = GaussianMixture(k, n_init=3, random_state=seed, split_merge=0).fit(train)
     polished = em_from(train, k, gd.weights_, gd.means_, gd.covariances_)
+    polished_reg = em_from(train, k, gd.weights_, gd.means_, gd.covariances_, 1e-6)
     row: dict[str, Any] = {
         "dataset": name,
         "k": k,
@@ -138,6 +148,7 @@ def one_split(name: str, k: int, seed: int) -> dict[str, Any]:
         "em_default": {"train": em_default.score(train), "heldout": em_default.score(test)},
         "em_reg_1e-6": {"train": em_reg.score(train), "heldout": em_reg.score(test)},
         "em_polish_gain": polished.score(train) - gd.score(train),
+        "em_polish_gain_reg_1e-6": polished_reg.score(train) - gd.score(train),
     }
     for ref in ("em_optimum", "em_default", "em_reg_1e-6"):
         row[f"heldout_gap_{ref}"] = row[ref]["heldout"] - row["gd"]["heldout"]
@@ -160,6 +171,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             vals = [r[key] for r in mine]
             entry[key] = {"median": statistics.median(vals), "max": max(vals)}
         entry["em_polish_gain_max"] = max(r["em_polish_gain"] for r in mine)
+        entry["em_polish_gain_reg_1e-6_max"] = max(r["em_polish_gain_reg_1e-6"] for r in mine)
         entry["gd_n_iter_median"] = statistics.median(r["gd"]["n_iter"] for r in mine)
         entry["gd_seconds_median"] = statistics.median(r["gd"]["seconds"] for r in mine)
         entry["other_optimum_splits"] = [r["seed"] for r in mine if r["other_optimum"]]
@@ -177,8 +189,9 @@ def table(summary: dict[str, Any], label: str) -> str:
     head = (
         f"| {label} | held-out gap to EM's optimum (median / max) | training gap (median / max) | held-out gap "
         "to EM at defaults (median / max) | held-out gap to EM, reg 1e-6 (median / max) | EM polish gain (max) | "
+        "EM polish gain, reg 1e-6 (max) | "
         "n_iter_ (median) | seconds (median) | other optimum (seeds) | under-optimised (seeds) | pass |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for name in DATASETS:
@@ -190,7 +203,8 @@ def table(summary: dict[str, Any], label: str) -> str:
         lines.append(
             f"| {name} | {h['median']:+.4f} / {h['max']:+.4f} | {t['median']:+.4f} / {t['max']:+.4f} | "
             f"{d['median']:+.4f} / {d['max']:+.4f} | {g['median']:+.4f} / {g['max']:+.4f} | "
-            f"{e['em_polish_gain_max']:.1e} | {e['gd_n_iter_median']:g} | {e['gd_seconds_median']:.2f} | "
+            f"{e['em_polish_gain_max']:.1e} | {e['em_polish_gain_reg_1e-6_max']:.1e} | "
+            f"{e['gd_n_iter_median']:g} | {e['gd_seconds_median']:.2f} | "
             f"{e['other_optimum_splits'] or '-'} | {e['under_optimised_splits'] or '-'} | "
             f"{'yes' if e['passes'] else 'NO'} |"
         )

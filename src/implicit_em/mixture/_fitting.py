@@ -298,8 +298,8 @@ class GradientDescent:
     split_merge = False
     distributed = True
     #: the estimator's schedule (issue 14): epochs of at least MIN_STEPS steps, Adam in whitened coordinates,
-    #: the last epoch's mean iterate (and reg_covar as a variance floor); ``{}`` gives ``fit_gd``'s own
-    #: defaults, the schedule before it (one pass per epoch, one scalar scale, the last iterate, no floor),
+    #: the last epoch's mean iterate (and reg_covar's penalty, EM's fixed points); ``{}`` gives ``fit_gd``'s own
+    #: defaults, the schedule before it (one pass per epoch, one scalar scale, the last iterate, no reg_covar),
     #: which the golden fitter tests and ``benchmarks/gd_convergence.py --old`` run
     schedule: dict[str, Any] = {"min_steps": MIN_STEPS, "per_feature_scale": True, "average": True}  # noqa: RUF012
 
@@ -334,7 +334,7 @@ class GradientDescent:
             resume=resume,
             on_safe_point=on_safe_point,
             **self.schedule,
-            **({"reg_covar": settings.reg_covar} if self.schedule else {}),  # type: ignore[arg-type]  # its floor
+            **({"reg_covar": settings.reg_covar} if self.schedule else {}),  # type: ignore[arg-type]  # its penalty
         )
         if not settings.volume:
             return result, state

@@ -63,8 +63,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     - batch_size: mini-batch rows for "online_em"/"gd" (default 4096); chunk rows for "em";
     - learning_rate, optimizer ("adam" or "sgd"): for "gd" (the initial rate, halved on each plateau; a "gd"
       epoch is whole passes of at least 64 steps, in whitened coordinates, ending at the last epoch's mean
-      iterate, with reg_covar as a variance floor, except in the whitened coordinates of "full" and "tied":
-      ``_gd.fit_gd``);
+      iterate, with reg_covar as the penalty ½·reg·Σ_j π_j tr(Σ_j⁻¹) (π held fixed), whose stationary points are
+      EM's fixed points at that reg_covar: ``_gd.fit_gd``);
     - split_merge: after "em" or "online_em" converge, try up to this many split-and-merge moves (merge the two
       most overlapping components, split the least Gaussian one, rerun EM, keep it if the likelihood rises;
       ``_split_merge.py``). Default 4; 0 gives exactly sklearn's result (moves run only after convergence);
