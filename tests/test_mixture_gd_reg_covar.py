@@ -139,3 +139,24 @@ def test_gd_at_defaults_reaches_em_with_reg_covar_where_the_floor_binds() -> Non
     assert abs(em.score(x_np) - gd.score(x_np)) <= 1e-6
     np.testing.assert_allclose(gd.means_, em.means_, atol=1e-5)
     assert float(np.linalg.eigvalsh(gd.covariances_).min()) >= REG
+
+
+@pytest.mark.parametrize("schedule", ["estimator", "before issue 14"])
+def test_partial_fit_steps_with_the_penalty_as_fit_does(monkeypatch: pytest.MonkeyPatch, schedule: str) -> None:
+    from implicit_em.mixture._fitting import REGISTRY
+
+    if schedule != "estimator":
+        monkeypatch.setattr(REGISTRY["gd"], "schedule", {})
+    calls: list[float] = []
+    original = _gd._reg_covar_backward
+
+    def recording(state: _gd.GDState, scale: _gd.Scale, reg_covar: float) -> None:
+        calls.append(reg_covar)
+        original(state, scale, reg_covar)
+
+    monkeypatch.setattr(_gd, "_reg_covar_backward", recording)
+    x = _data()
+    gm = GaussianMixture(2, fitter="gd", reg_covar=REG, random_state=0)
+    for start in range(0, 60, 20):
+        gm.partial_fit(x[start : start + 20])
+    assert calls == ([REG] * 3 if schedule == "estimator" else [])

@@ -348,7 +348,8 @@ class GradientDescent:
                 params, settings.covariance_type, shift, scale, settings.learning_rate, settings.optimizer
             )
         coords = state.scale if state.scale is not None else scale  # the coordinates the state steps in
-        loglik = gd_step(state, x, shift, coords, settings.volume)
+        reg_covar = settings.reg_covar if self.schedule else 0.0  # as in fit: the schedule before issue 14 had none
+        loglik = gd_step(state, x, shift, coords, settings.volume, reg_covar)
         return state, state_params(state, settings.covariance_type, shift, coords), loglik
 
 
