@@ -54,8 +54,8 @@ def _record_steps(monkeypatch: pytest.MonkeyPatch) -> list[MixtureParams]:
     steps: list[MixtureParams] = []
     original = _gd.gd_step
 
-    def recording(state: Any, x: Any, shift: Any, scale: Any, volume: bool) -> float:
-        out = original(state, x, shift, scale, volume)
+    def recording(state: Any, x: Any, shift: Any, scale: Any, volume: bool, *fast: Any) -> float:
+        out = original(state, x, shift, scale, volume, *fast)
         steps.append(_gd.state_params(state, "full", shift, scale))
         return out
 
