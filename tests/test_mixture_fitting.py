@@ -258,7 +258,7 @@ def test_the_progress_bar_is_closed_when_the_fit_raises(capsys: pytest.CaptureFi
     assert "GaussianMixture[gd]" in err and "loglik=-1.25000" in err
 
 
-@pytest.mark.parametrize(("fitter", "default"), [("em", CHUNK), ("online_em", 4096), ("gd", 4096)])
+@pytest.mark.parametrize(("fitter", "default"), [("em", CHUNK), ("online_em", 4096), ("gd", 8192)])
 def test_settings_resolve_the_batch_size_per_fitter(fitter: str, default: int) -> None:
     assert FitSettings.from_params(GaussianMixture(fitter=fitter).get_params()).batch_size == default
     assert FitSettings.from_params(GaussianMixture(fitter=fitter, batch_size=100).get_params()).batch_size == 100

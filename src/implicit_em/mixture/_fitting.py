@@ -292,7 +292,10 @@ class GradientDescent:
     becomes an exact pass over the data afterwards (with the volume term; without it the objective is kept)."""
 
     unit = "epoch"
-    default_batch_size = _MINI_BATCH
+    #: 8192 rows (issue 14): half the steps of 4096 per pass, each with the same fixed cost (score matrix,
+    #: backward, Adam: ~0.3 ms at D = K = 16), for the same held-out log-likelihood at N = 1e6; data of at most
+    #: 4096 rows (iris, wine, breast cancer, digits) take one full-batch step either way
+    default_batch_size = 2 * _MINI_BATCH
     shuffles = True
     state_attr = "_gd_state"
     split_merge = False

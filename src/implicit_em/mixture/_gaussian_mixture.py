@@ -60,7 +60,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     - fitter: "em" (batch EM, the reference), "online_em" (Cappé–Moulines stochastic EM on mini-batches, then
       one exact EM iteration), "gd" (Adam/SGD on the exact negative log-likelihood: implicit EM);
     - volume: keep the log-det term (True); False gives the distance-only objective ("gd" only): collapse;
-    - batch_size: mini-batch rows for "online_em"/"gd" (default 4096); chunk rows for "em";
+    - batch_size: mini-batch rows for "online_em" (default 4096) and "gd" (8192); chunk rows for "em";
     - learning_rate, optimizer ("adam" or "sgd"): for "gd" (the initial rate, halved on each plateau; a "gd"
       epoch is whole passes of at least 64 steps, in whitened coordinates, ending at the last epoch's mean
       iterate, with reg_covar as the penalty ½·reg·Σ_j π_j tr(Σ_j⁻¹) (π held fixed), whose stationary points are

@@ -45,6 +45,7 @@ from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint
 from implicit_em.mixture._epochs import EpochPosition, epoch_batches
+from implicit_em.mixture._gd_fast import FastStep
 from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._stats import (
     MixtureParams,
@@ -93,8 +94,11 @@ def make_state(
     logits = nn.Parameter(torch.log(params.weights).clone())
     groups = [*components.parameters(), logits]
     opt: torch.optim.Optimizer
-    if optimizer == "adam":
-        opt = torch.optim.Adam(groups, lr=learning_rate)
+    if optimizer == "adam":  # float32 data: torch's fused Adam (one kernel for all tensors; float64 keeps the loop)
+        if uses_fast_step(params.means.dtype) and means.device.type in ("cpu", "cuda"):
+            opt = torch.optim.Adam(groups, lr=learning_rate, fused=True)
+        else:
+            opt = torch.optim.Adam(groups, lr=learning_rate)
     elif optimizer == "sgd":
         opt = torch.optim.SGD(groups, lr=learning_rate, momentum=0.9)
     else:
@@ -145,10 +149,22 @@ def gd_step(
     scale: Scale,
     volume: bool,
     reg_covar: float = 0.0,
+    fast: FastStep | None = None,
 ) -> float:
     """One optimiser step on batch x (original coordinates), with ``reg_covar``'s penalty when > 0
     (:func:`_reg_covar_backward`); returns the batch's mean objective per sample in original coordinates
-    (log-likelihood when volume=True; without the penalty)."""
+    (log-likelihood when volume=True; without the penalty). In float32 the step is :class:`FastStep`'s (the
+    fit's ``fast``, else one made for this step): the same gradient without autograd or a per-batch solve."""
+    jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
+    if fast is None and uses_fast_step(x.dtype):
+        fast = FastStep(state.components, state.logits, shift, scale, x.shape[0], x.dtype)
+    if fast is not None:
+        s, loglik = fast.statistics(x, fast.score_matrix_t(volume))
+        fast.set_gradient(s, x.shape[0], volume)
+        if reg_covar > 0:
+            _reg_covar_backward(state, scale, reg_covar)
+        state.optimizer.step()
+        return float(loglik) / x.shape[0] - jacobian
     x_std = _standardise(x, shift, scale)
     state.optimizer.zero_grad(set_to_none=True)
     log_norm = accumulate_gradient(state, x_std, volume)
@@ -156,8 +172,14 @@ def gd_step(
     if reg_covar > 0:
         _reg_covar_backward(state, scale, reg_covar)
     state.optimizer.step()
-    jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
     return -float(loss.detach()) - jacobian
+
+
+def uses_fast_step(dtype: torch.dtype) -> bool:
+    """Whether gd's steps on data of this dtype take :class:`FastStep`: float32 (its E-step GEMMs then run in
+    float32, as EM's do; the parameters stay in the state's dtype, float64 in the estimator). Float64 data keep
+    the autograd step, the reference the golden numbers were recorded with, bitwise."""
+    return dtype == torch.float32
 
 
 def group_gd_step(
@@ -167,6 +189,7 @@ def group_gd_step(
     scale: Scale,
     volume: bool,
     reg_covar: float = 0.0,
+    fast: FastStep | None = None,
 ) -> tuple[float, int] | None:
     r"""One data-parallel optimiser step in a process group: x is this process's part of the global batch
     (possibly empty). The gradient of the summed NLL with respect to the score matrix A, −φRᵀ (the E-step
@@ -175,15 +198,22 @@ def group_gd_step(
     step); divided by the global rows and back-propagated from A, it gives every process the parameter
     gradient of the global batch's mean NLL (the map from A's gradient to the parameters' is linear), so every
     process takes the same step. Returns the global batch's summed objective (original coordinates) and rows,
-    or None when the global batch is empty (every process's stream is exhausted: the epoch is over)."""
-    x_std = _standardise(x, shift, scale)
-    state.optimizer.zero_grad(set_to_none=True)
-    a = log_joint_matrix(state, volume)
+    or None when the global batch is empty (every process's stream is exhausted: the epoch is over). With
+    ``fast`` (float32) the statistics and the backward are :class:`FastStep`'s."""
+    a: Tensor | None = None
+    if fast is not None:
+        stat, loglik = fast.statistics(x, fast.score_matrix_t(volume))  # (K, P) circulant, float64
+    else:
+        x_std = _standardise(x, shift, scale)
+        state.optimizer.zero_grad(set_to_none=True)
+        a = log_joint_matrix(state, volume)
+        with torch.no_grad():
+            phi_t = quadratic_features_t(x_std.to(a.dtype))  # (P, B)
+            resp, log_norm = log_normalize(a.detach().T @ phi_t)  # (K, B), (B,)
+            stat = (phi_t @ resp.T).double()  # (P, K)
+            loglik = log_norm.double().sum()
     with torch.no_grad():
-        phi_t = quadratic_features_t(x_std.to(a.dtype))  # (P, B)
-        resp, log_norm = log_normalize(a.detach().T @ phi_t)  # (K, B), (B,)
-        stat = (phi_t @ resp.T).double()  # (P, K)
-        tail = [float(x.shape[0]), float(log_norm.double().sum()), float(_interrupt.requested())]
+        tail = [float(x.shape[0]), float(loglik), float(_interrupt.requested())]
         tail_t = torch.tensor(tail, dtype=torch.float64, device=stat.device)
         flat = _distributed.all_reduce_sum(torch.cat([stat.reshape(-1), tail_t]))
     if flat[-1] > 0:
@@ -192,8 +222,11 @@ def group_gd_step(
     rows = int(flat[-3])
     if rows == 0:
         return None
-    grad = flat[: stat.numel()].reshape(stat.shape).to(a.dtype).mul_(-1.0 / rows)
-    a.backward(grad)
+    if fast is not None:
+        fast.set_gradient(flat[: stat.numel()].reshape(stat.shape), rows, volume)
+    else:
+        assert a is not None
+        a.backward(flat[: stat.numel()].reshape(stat.shape).to(a.dtype).mul_(-1.0 / rows))
     if reg_covar > 0:  # the same parameters on every process: the same penalty gradient
         _reg_covar_backward(state, scale, reg_covar)
     state.optimizer.step()
@@ -270,6 +303,9 @@ def fit_gd(
     mean = pos.prev
     in_group = data.layout is not None  # a process group: data-parallel steps on the global mini-batches
     passes = epoch_passes(data, batch_size, min_steps)
+    fast = None
+    if uses_fast_step(data.dtype):
+        fast = FastStep(state.components, state.logits, shift, coords, batch_size, data.dtype)
 
     def snapshot() -> dict[str, Any]:
         return _snapshot(state, covariance_type, shift, coords, pos, halvings, generator, tail)
@@ -284,11 +320,11 @@ def fit_gd(
                     tail.reset()
                 for x in _epoch_batches(data, batch_size, generator, pos, passes):
                     if in_group:
-                        step = group_gd_step(state, x, shift, coords, volume, reg_covar)
+                        step = group_gd_step(state, x, shift, coords, volume, reg_covar, fast)
                         if step is None:
                             break
                     else:
-                        step = gd_step(state, x, shift, coords, volume, reg_covar) * x.shape[0], x.shape[0]
+                        step = gd_step(state, x, shift, coords, volume, reg_covar, fast) * x.shape[0], x.shape[0]
                     pos.advance(*step)
                     if tail is not None:
                         tail.add()
