@@ -26,17 +26,19 @@ one: a fit resumed during them runs them again from the start, from the same sta
 In a ``torch.distributed`` process group (:class:`GroupCheckpoint`) every process writes its own file, so a fit
 over several machines needs no shared file system: process r of W writes ``PATH`` with ``.rank{r}of{W}``
 before its last suffix (``fit.ckpt`` → ``fit.rank0of2.ckpt``, ``fit`` → ``fit.rank0of2``; a single process
-writes ``PATH`` itself). Every process holds the same fit state (the parameters, the online-EM statistics, the
-gradient model and its optimiser, the epoch position and the generators: the global batch order comes from the
-shared seed and the sums are all-reduced) but its own shard, so each file's identity is its shard's
-fingerprint plus the rank and the world size. After reading its file, every process takes part in one small
-all-gather of (what it found, the saved position, a digest of the saved state): the fit resumes only when every
-process has a file of this call and the digests agree, and starts afresh only when no process has one. Anything
-else (a file on some processes only, files at different points: a kill between two processes' writes, a file
-of another call or an unreadable one on any process, or files of another world size, or a single-process
-``PATH``, beside this process's) raises the same ``ValueError`` on every process, naming the files and saying to
-delete them, so that no process raises alone and leaves the others waiting in their next collective. A single
-process likewise refuses to start while per-process files of ``PATH`` lie beside it.
+writes ``PATH`` itself) and keeps its previous write beside it (``fit.rank0of2.ckpt.prev``). Every process holds
+the same fit state (the parameters, the online-EM statistics, the gradient model and its optimiser, the epoch
+position and the generators: the global batch order comes from the shared seed and the sums are all-reduced)
+but its own shard, so each file's identity is its shard's fingerprint plus the rank and the world size, and each
+payload carries its write number. After reading its two files, every process takes part in one all-gather of
+(what it found, and per file the write number, start, stage, units done and a digest of the fit state): the fit
+resumes from the latest write that every process holds with the same digest, which is at most one write back
+(processes killed between two processes' writes of the same point), and starts afresh only when no process has
+a file. Anything else (a file on some processes only, no write in common, a file of another call or an
+unreadable one on any process, files of another world size or a single-process ``PATH`` beside this process's)
+raises the same ``ValueError`` on every process, naming the files and saying to delete them, so that no process
+raises alone and leaves the others waiting in their next collective. A single process likewise refuses to start
+while per-process files of ``PATH`` lie beside it.
 """
 
 import hashlib
