@@ -172,6 +172,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str,
     arranged = {
         "behind": ((k - 1, k - 2), (k, k - 1)),  # process 0 was killed before its last write: both resume k - 1
         "mid_write": ((None, k - 1), (k, k - 1)),  # ... between keeping its file as .prev and the new write
+        "first": ((1, None), (None, None)),  # killed around the first write: a fresh fit on both
         "missing": ((k, k - 1), (None, None)),
         "apart": ((k - 2, None), (k, k - 1)),  # no write both hold
         "swapped": ((k, k - 1), (k, k - 1)),
@@ -211,6 +212,17 @@ def test_a_killed_distributed_fit_resumes_to_the_uninterrupted_fit_bitwise(
     assert reports[0][case] == reports[1][case]
     name = f"r-{fitter}" if case.startswith("resumed") else case
     assert not any(p.exists() for p in _files(tmp / f"{name}.ckpt")), "each process removes its files"
+
+
+@skip
+def test_a_group_killed_around_its_first_write_starts_afresh(runs: tuple[Path, list[dict[str, Any]]]) -> None:
+    # process 0 holds write 1, process 1 nothing: the latest point both hold is the start
+    tmp, reports = runs
+    for report in reports:
+        got, want = dict(report["first"]), dict(report["plain-em"])
+        assert got.pop("resumed", True) is False and want.pop("resumed") is False, report["first"]
+        assert got == want
+    assert not any(p.exists() for p in _files(tmp / "first.ckpt"))
 
 
 @skip

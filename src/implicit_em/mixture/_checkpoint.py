@@ -33,12 +33,13 @@ but its own shard, so each file's identity is its shard's fingerprint plus the r
 payload carries its write number. After reading its two files, every process takes part in one all-gather of
 (what it found, and per file the write number, start, stage, units done and a digest of the fit state): the fit
 resumes from the latest write that every process holds with the same digest, which is at most one write back
-(processes killed between two processes' writes of the same point), and starts afresh only when no process has
-a file. Anything else (a file on some processes only, no write in common, a file of another call or an
-unreadable one on any process, files of another world size or a single-process ``PATH`` beside this process's)
-raises the same ``ValueError`` on every process, naming the files and saying to delete them, so that no process
-raises alone and leaves the others waiting in their next collective. A single process likewise refuses to start
-while per-process files of ``PATH`` lie beside it.
+(processes killed between two processes' writes of the same point: each write first waits for every process to
+reach it, one all-reduce of a flag, so no process can be two writes ahead), and starts afresh when no process
+has a file (or some hold only the first write). Anything else (a file on some processes only, no write in
+common, a file of another call or an unreadable one on any process, files of another world size or a
+single-process ``PATH`` beside this process's) raises the same ``ValueError`` on every process, naming the files
+and saying to delete them, so that no process raises alone and leaves the others waiting in their next
+collective. A single process likewise refuses to start while per-process files of ``PATH`` lie beside it.
 """
 
 import hashlib
@@ -257,8 +258,10 @@ class GroupCheckpoint(Checkpoint):
         self.prev = self.path.with_name(self.path.name + ".prev")
 
     def save(self, payload: dict[str, Any]) -> None:
-        """Keep the last write as ``.prev`` (a process killed between two processes' writes leaves the others one
-        write ahead: they fall back to it), then write the payload, numbered, atomically."""
+        """Wait for every process to reach this write (so that none is ever two writes ahead of another), keep
+        the last write as ``.prev`` (a process killed between two processes' writes leaves the others one write
+        ahead: they fall back to it), then write the payload, numbered, atomically."""
+        _distributed.any_stop(False, self.device)  # a barrier: one all-reduce of a flag
         self.writes += 1
         if self.path.exists():
             os.replace(self.path, self.prev)
@@ -271,8 +274,8 @@ class GroupCheckpoint(Checkpoint):
 
     def load(self) -> dict[str, Any] | None:
         """This process's payload of the latest write every process holds with the same state (digest), None
-        when no process holds a file; otherwise the same ValueError on every process (one all-gather of two
-        rows of six numbers per process)."""
+        when that is the fresh start (no process holds a file, or some hold only the first write); otherwise
+        the same ValueError on every process (one all-gather of two rows of six numbers per process)."""
         others = [p for p in _rank_files(self.given) if not p.name.endswith(f"of{self.world}{self.given.suffix}")]
         foreign = [self.given, *others] if self.given.exists() else others  # a single process's, another W's
         payloads: list[dict[str, Any] | None] = [None, None]
@@ -285,13 +288,12 @@ class GroupCheckpoint(Checkpoint):
         mine = torch.tensor([[code, *_position(p)] for p in payloads], dtype=torch.int64, device=self.device)
         table = _distributed.all_gather_rows(mine).cpu().reshape(self.world, 2, 6).tolist()
         if all(rows[0][0] == _OK for rows in table):
-            if all(row[1] < 0 for rows in table for row in rows):
-                return None  # no file anywhere: a fresh fit
-            common = set.intersection(*({(row[1], row[5]) for row in rows if row[1] >= 0} for rows in table))
+            common = set.intersection(*(_held(rows) for rows in table))
             if common:
-                write = max(common)[0]
-                self.writes = write
-                return next(p for p in payloads if p is not None and p["write"] == write)
+                self.writes = max(common)[0]
+                if self.writes == 0:
+                    return None  # no file anywhere, or the job died around its first write: a fresh fit
+                return next(p for p in payloads if p is not None and p["write"] == self.writes)
         raise ValueError(self._disagreement(table, error, foreign))
 
     def _disagreement(self, table: list[list[list[int]]], error: ValueError | None, foreign: list[Path]) -> str:
@@ -340,6 +342,13 @@ def _position(payload: dict[str, Any] | None) -> list[int]:
     units = run.get("n_iter", (run.get("position") or {}).get("epoch", -1))
     stage = _STAGES.index(payload["stage"]) if payload.get("stage") in _STAGES else -1
     return [int(payload.get("write", 0)), int(payload["start"]), stage, int(units), state_digest(payload)]
+
+
+def _held(rows: list[list[int]]) -> set[tuple[int, int]]:
+    """The (write, digest) pairs a process holds; with write 0, the fresh start, when it holds no write before
+    its first (no file, or only write 1: it had none before that)."""
+    held = {(row[1], row[5]) for row in rows if row[1] >= 0}
+    return held | {(0, 0)} if {write for write, _ in held} <= {1} else held
 
 
 def _describe_found(rows: list[list[int]]) -> str:
