@@ -2,12 +2,15 @@
 
 Two gloo processes on CPU, started as subprocesses, fit the cases of ``tests/_checkpoint_cases.py`` (several
 starts, split-and-merge for the EM fitters) over shards of 100 and 140 rows with ``checkpoint=PATH``; each
-process writes ``PATH`` with ``.rank{r}of2`` before the suffix. A process "killed" here ends with ``os._exit``
-right after its k-th checkpoint write, leaving its files exactly as a SIGKILL there would. The oracle of a
+process writes ``PATH`` with ``.rank{r}of2`` before the suffix. The em and online_em fits are "killed" by an
+exception fit does not catch right after the k-th checkpoint write (the files as a kill there leaves them); the
+gd fit by a real SIGKILL of both processes at an unplanned moment after its k-th write. The oracle of a
 resumed fit is the uninterrupted fit of the same group without a checkpoint (bitwise, float64) and, as in
 ``tests/test_mixture_distributed.py``, the single-process fit on the union of the shards. Mismatched files (one
 process without its file, files at different points, a shard's file on the other process, files of another
-world size beside) raise the same ``ValueError`` on both processes, within a timeout. On the old code every fit
+world size beside) raise the same ``ValueError`` on both processes, within a timeout; one process a write
+behind (the only other state a kill can leave: every write waits for both processes) falls back. On the old
+code every fit
 with a checkpoint in a process group raised ``NotImplementedError``.
 """
 
@@ -18,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -36,13 +40,13 @@ TESTS = str(Path(__file__).resolve().parent)
 SPLIT = 100  # rank 0 holds rows [0, 100) of the blobs, rank 1 rows [100, 240)
 #: fitter -> (estimator parameters, the checkpoint write after which both processes die). Two starts each, the
 #: EM fitters with a split-and-merge trial; every write is one unit but the writes before the second start and
-#: before split-and-merge, so the kill lands in the second start's fitter: em 93 writes (51 iterations, then
-#: 39), the kill after iteration 16 of start 2; online_em 54 (30 epochs, then 22), after epoch 9; gd 7 (3 + 3
-#: epochs of 64 Adam steps), after epoch 2.
+#: before split-and-merge, so the kill lands in the second start: em 93 writes (51 iterations, then 39), the
+#: kill after iteration 16 of start 2; online_em 54 (30 epochs, then 22), after epoch 9; gd 7 (3 + 3 epochs of
+#: 64 Adam steps), the SIGKILL in the ~1.5 s of start 2's epochs after the write before it.
 CASES: dict[str, tuple[dict[str, Any], int]] = {
     "em": ({**FITS["em"], "split_merge": 1}, 70),
     "online_em": (FITS["online_em"], 41),
-    "gd": ({**FITS["gd"], "max_iter": 3}, 6),
+    "gd": ({**FITS["gd"], "max_iter": 3}, 4),
 }
 PARAMS = ("weights_", "means_", "covariances_", "precisions_cholesky_")
 
@@ -65,13 +69,16 @@ _RANK = textwrap.dedent(
     class Killed(BaseException):  # what fit does not catch: the files as a kill right after the write leaves them
         pass
 
+    def announce():  # the parent SIGKILLs both processes when it sees this
+        open(out / "announce", "w").close()
+
     def save_then_die(self, payload):
         save(self, payload)
         saves[0] += 1
         shutil.copy(self.path, f"{self.path}.save{saves[0]}")  # every point, for the mismatch cases
-        if saves[0] == kill_at:
-            if exit_now:
-                os._exit(17)  # no cleanup at all, as SIGKILL
+        if saves[0] == kill_at and sigkill:
+            announce()
+        elif saves[0] == kill_at:
             raise Killed
 
     def load_and_tell(self):
@@ -81,7 +88,7 @@ _RANK = textwrap.dedent(
 
     _checkpoint.GroupCheckpoint.save, _checkpoint.GroupCheckpoint.load = save_then_die, load_and_tell
     report = {}
-    for name, options, path, kill_at, exit_now in plan:
+    for name, options, path, kill_at, sigkill in plan:
         saves[0] = 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # gd stops at max_iter: a ConvergenceWarning
@@ -102,9 +109,10 @@ _RANK = textwrap.dedent(
 ).replace("SPLIT", str(SPLIT))
 
 
-def _launch(tmp: Path, plan: list[list[Any]], tag: str, died: bool = False) -> list[dict[str, Any]]:
+def _launch(tmp: Path, plan: list[list[Any]], tag: str, sigkill: bool = False) -> list[dict[str, Any]]:
     """Both processes through ``plan``, rows (name, estimator parameters, checkpoint path or None, the write
-    after which to die or -1, whether by ``os._exit``); each one's report (none when they died: exit status 17)."""
+    after which to die or -1, whether by SIGKILL: the parent kills both when the file ``announce`` appears);
+    each one's report (none when killed)."""
     script = tmp / "rank.py"
     script.write_text(_RANK)
     env = {
@@ -124,6 +132,13 @@ def _launch(tmp: Path, plan: list[list[Any]], tag: str, died: bool = False) -> l
         )
         for r in (0, 1)
     ]
+    deadline = time.monotonic() + 120
+    while sigkill and not (tmp / "announce").exists():
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.005)
+    for p in procs if sigkill else []:
+        p.kill()  # SIGKILL, at whatever point of the fit each process is
     try:
         errs = [p.communicate(timeout=120)[1] for p in procs]
     except subprocess.TimeoutExpired:
@@ -131,8 +146,8 @@ def _launch(tmp: Path, plan: list[list[Any]], tag: str, died: bool = False) -> l
             p.kill()
         pytest.fail(f"{tag}: a process hung (no process may raise alone)")
     for r, (p, err) in enumerate(zip(procs, errs, strict=True)):
-        assert p.returncode == (17 if died else 0), f"{tag} rank {r}: rc {p.returncode}: {err[-3000:]}"
-    return [] if died else [json.loads((tmp / f"report-rank{r}.json").read_text()) for r in (0, 1)]
+        assert p.returncode == (-9 if sigkill else 0), f"{tag} rank {r}: rc {p.returncode}: {err[-3000:]}"
+    return [] if sigkill else [json.loads((tmp / f"report-rank{r}.json").read_text()) for r in (0, 1)]
 
 
 def _files(path: Path) -> list[Path]:
@@ -155,15 +170,16 @@ def _arrange(tmp: Path, name: str, writes: tuple[tuple[int | None, int | None], 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
     """One launch of both processes that kills a fit of each fitter after its write ``CASES[fitter][1]`` (em and
-    online_em by an exception fit does not catch, gd last by ``os._exit``); then one more launch with the
+    online_em by an exception fit does not catch, gd last by SIGKILL soon after); then one more launch with the
     uninterrupted fits, the resumed fits (from the files the kill left) and em from rearranged files."""
     tmp = tmp_path_factory.mktemp("distckpt")
     kill = [["killed", options, str(tmp / f"killed-{f}.ckpt"), k, f == "gd"] for f, (options, k) in CASES.items()]
-    _launch(tmp, kill, "kill", died=True)
+    _launch(tmp, kill, "kill", sigkill=True)
     plan = []
     for fitter, (options, _) in CASES.items():
         for src, dst in zip(_files(tmp / f"killed-{fitter}.ckpt"), _files(tmp / f"r-{fitter}.ckpt"), strict=True):
-            shutil.copy(src, dst)
+            if src.exists():  # a SIGKILL between keeping the file as .prev and the new write leaves only .prev
+                shutil.copy(src, dst)
         plan += [
             [f"plain-{fitter}", options, None, -1, False],
             [f"resumed-{fitter}", options, str(tmp / f"r-{fitter}.ckpt"), -1, False],
