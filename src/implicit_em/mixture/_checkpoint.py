@@ -304,11 +304,14 @@ class GroupCheckpoint(Checkpoint):
             here += str(error)
         elif foreign:
             names = ", ".join(str(p) for p in foreign)
-            here += f"checkpoints of another process group or a single process lie beside {self.path}: {names}."
+            here += (
+                f"checkpoints of another process group or a single process lie beside {self.path}: {names}; "
+                "delete them too, or resume them with the number of processes that wrote them."
+            )
         else:
             here += f"its files are {self.path} and {self.prev.name}."
         ok = all(rows[0][0] == _OK for rows in table)
-        why = "no write that every process holds with the same state" if ok else "see below"
+        why = "no write that every process holds with the same state" if ok else "a process cannot use its files"
         first, last = (rank_path(self.given, r, self.world).name for r in (0, self.world - 1))
         return (
             f"the checkpoints of this {self.world}-process fit cannot be resumed together ({why}): {found}.{here} "
