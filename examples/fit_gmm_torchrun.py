@@ -16,6 +16,10 @@ Several machines (run on each, with its own --node-rank; HOST:PORT is reachable 
         examples/fit_gmm_torchrun.py /shared/X.npy --n-components 8
 
 The file must be readable at the same path on every machine (a shared file system), or copied there.
+
+With ``--checkpoint fit.ckpt`` every process writes its own checkpoint, ``fit.rank{r}of{W}.ckpt`` (and the
+previous one as ``.prev``) on its own machine, every ``--checkpoint-every`` iterations (epochs); if the job dies,
+running the same command again resumes where it stopped, on every process together (docs/mixture.md).
 """
 
 import argparse
@@ -47,6 +51,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--backend", default=None, help="gloo (default on CPU) or nccl (GPUs)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per process")
     parser.add_argument("--out", default=None, help="rank 0 saves the model here (.npz or .safetensors)")
+    parser.add_argument("--checkpoint", default=None, help="resumable state: each process writes PATH.rank{r}of{W}")
+    parser.add_argument("--checkpoint-every", type=int, default=1, help="iterations (epochs) between checkpoints")
     args = parser.parse_args(argv)
 
     if args.threads is not None:
@@ -68,6 +74,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             batch_size=args.batch_size,
             random_state=args.seed,
             device="cuda" if cuda else None,
+            checkpoint=args.checkpoint,
+            checkpoint_every=args.checkpoint_every,
         )
         t0 = time.perf_counter()
         gm.fit(shard)

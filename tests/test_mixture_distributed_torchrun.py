@@ -29,8 +29,9 @@ def _tiny(path: Path) -> np.ndarray:
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-@pytest.mark.parametrize("fitter", ["em", "online_em"])
-def test_torchrun_example_equals_the_single_process_fit(tmp_path: Path, fitter: str) -> None:
+@pytest.mark.parametrize(("fitter", "checkpoint"), [("em", False), ("online_em", False), ("em", True)])
+def test_torchrun_example_equals_the_single_process_fit(tmp_path: Path, fitter: str, checkpoint: bool) -> None:
+    # with --checkpoint: each process writes fit.rank{r}of2.ckpt and removes it when the fit completes
     npy, model = tmp_path / "x.npy", tmp_path / "model.npz"
     _tiny(npy)
     env = {
@@ -41,6 +42,7 @@ def test_torchrun_example_equals_the_single_process_fit(tmp_path: Path, fitter: 
     }
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     args = [str(npy), "--n-components", "3", "--fitter", fitter, "--batch-size", "128", "--threads", "1"]
+    args += ["--checkpoint", str(tmp_path / "fit.ckpt")] if checkpoint else []
     done = subprocess.run(
         [*cmd, str(ROOT / "examples" / "fit_gmm_torchrun.py"), *args, "--out", str(model)],
         capture_output=True,
@@ -58,3 +60,4 @@ def test_torchrun_example_equals_the_single_process_fit(tmp_path: Path, fitter: 
     for key in ("weights_", "means_", "covariances_"):
         np.testing.assert_allclose(getattr(fitted, key), getattr(single, key), rtol=0, atol=1e-10)  # sum order only
     assert abs(summary["lower_bound"] - single.lower_bound_) < 1e-10
+    assert not list(tmp_path.glob("fit*")), "each process removes its checkpoint files"

@@ -73,8 +73,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
       ``max_iter`` (EM iterations, or epochs for "online_em" and "gd") and when interrupted, and the same call
       after a crash resumes from it, ending with the parameters of a fit that was never stopped (bitwise on
       CPU). A checkpoint of another call (other parameters, data or fitter) or an unreadable file raises
-      ValueError; delete it to start over. It is removed when ``fit`` completes (``_checkpoint.py``; not in a
-      ``torch.distributed`` process group; ``partial_fit`` does not use it);
+      ValueError; delete it to start over. It is removed when ``fit`` completes (``_checkpoint.py``;
+      ``partial_fit`` does not use it). In a ``torch.distributed`` process group each process writes its own
+      file, PATH with ``.rank{r}of{W}`` before the suffix, and they resume together or raise together;
     - checkpoint_every: iterations (epochs) between checkpoints, >= 1 (default 1).
 
     Ctrl-C (SIGINT) stops ``fit`` at the next safe point: for "em" the next chunk of the E-step pass (the pass
@@ -251,11 +252,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         group = _distributed.active()
         if group and not fitter.distributed:  # every registered fitter runs in a process group (issue 14)
             raise NotImplementedError(f'fitter="{self.fitter}" does not run in a torch.distributed process group')
-        if group and path is not None:
-            raise NotImplementedError(
-                "checkpoint is not supported in a process group (every process would write the same file); fit "
-                "without checkpoint there"
-            )
         if group:  # this process's rows in the global row index: sampling and the stochastic epochs are global
             data.join_group()
         n_total = data.layout[1] if data.layout is not None else data.n_samples
@@ -329,7 +325,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             )
         )
         identity = _checkpoint.fit_identity(self.get_params(deep=False), x, _is_batches(x), start)
-        return _checkpoint.Checkpoint(path, int(self.checkpoint_every), identity, data.device)
+        kind = _checkpoint.GroupCheckpoint if _distributed.active() else _checkpoint.Checkpoint  # a file per process
+        return kind(path, int(self.checkpoint_every), identity, data.device)
 
     def _shift_scale(self, data: DataSource, rng: np.random.RandomState) -> tuple[Tensor, float]:
         sample = data.sample(_INIT_SAMPLE, rng).double()  # draws from rng only when N > _INIT_SAMPLE
