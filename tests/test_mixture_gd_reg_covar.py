@@ -68,18 +68,23 @@ def _state(model: GaussianMixture, cov_type: str, shift: torch.Tensor, scale: _g
     return _gd.make_state(params, cov_type, shift, scale, 0.01, "adam")
 
 
-@pytest.mark.parametrize("kind", ["scalar", "per feature", "triangular"])
-@pytest.mark.parametrize("cov_type", COV_TYPES)
-def test_em_with_reg_covar_fixed_points_are_gd_stationary_points(cov_type: str, kind: str) -> None:
+def _case(cov_type: str, kind: str) -> tuple[np.ndarray, torch.Tensor, torch.Tensor, _gd.Scale]:
+    """The data (numpy and tensor), its shift and the scale of ``kind`` for ``cov_type`` (skips what
+    feature_scale never gives)."""
     if cov_type == "spherical" and kind != "scalar":
         pytest.skip("a spherical covariance steps under one scalar scale")
     if cov_type == "diag" and kind == "triangular":
         pytest.skip("feature_scale gives a diagonal covariance per-feature scales")
     x_np = _data()
     x = torch.as_tensor(x_np)
-    data = DataSource(x, torch.device("cpu"), torch.float64)
     shift = x.mean(0)
-    scale = _scale(data, shift, cov_type, kind)
+    return x_np, x, shift, _scale(DataSource(x, torch.device("cpu"), torch.float64), shift, cov_type, kind)
+
+
+@pytest.mark.parametrize("kind", ["scalar", "per feature", "triangular"])
+@pytest.mark.parametrize("cov_type", COV_TYPES)
+def test_em_with_reg_covar_fixed_points_are_gd_stationary_points(cov_type: str, kind: str) -> None:
+    x_np, x, shift, scale = _case(cov_type, kind)
     if kind == "triangular":
         assert isinstance(scale, torch.Tensor) and scale.dim() == 2
     em = _em_fixed_point(x_np, cov_type, REG)
@@ -94,15 +99,7 @@ def test_em_with_reg_covar_fixed_points_are_gd_stationary_points(cov_type: str, 
 @pytest.mark.parametrize("cov_type", COV_TYPES)
 def test_the_penalty_gradient_equals_autograd_of_the_trace(cov_type: str, kind: str) -> None:
     # reference: ½·reg·Σ_j π_j tr(P_j), P_j = S⁻ᵀ P_u S⁻¹ by a general inverse of Sᵀ S (not the code's solve)
-    if cov_type == "spherical" and kind != "scalar":
-        pytest.skip("a spherical covariance steps under one scalar scale")
-    if cov_type == "diag" and kind == "triangular":
-        pytest.skip("feature_scale gives a diagonal covariance per-feature scales")
-    x_np = _data()
-    x = torch.as_tensor(x_np)
-    data = DataSource(x, torch.device("cpu"), torch.float64)
-    shift = x.mean(0)
-    scale = _scale(data, shift, cov_type, kind)
+    x_np, _, shift, scale = _case(cov_type, kind)
     state = _state(_em_fixed_point(x_np, cov_type, REG), cov_type, shift, scale)
     params = _gd._parameters(state)
     state.optimizer.zero_grad(set_to_none=True)
