@@ -3,19 +3,20 @@ step of ``mixture/_gd_fast.py`` (issue 14, part 2).
 
     flock /tmp/implicit-em-heavy.lock .venv/bin/python benchmarks/gd_step_profile.py [--n 1000000] [--batch 8192]
 
-Data as ``gmm_vs_peers.py`` draws them (a 16-component mixture in D = 16, seed 0), float32, from a start of one
-EM iteration on a 20,000-row sample, in the estimator's coordinates (the data covariance's Cholesky factor,
-float64 parameters). The pieces of the autograd step (float32 data, float64 parameters: its features and GEMMs run
-in float64, what the estimator ran before issue 14 part 2): the standardisation (a triangular solve per batch),
-the forward of the score matrix (an autograd graph), the features, the two GEMMs with the normalisation, the
-backward, Adam. Of the fast step: the score matrix (float64, no graph), the fused E-step (float32), the
-analytic backward, fused Adam. Repeats are interleaved and medians reported (ms per step). Writes
-benchmarks/results/gd_step_profile.json. Nothing here changes the library.
-"""
+Data as ``gmm_vs_peers.py`` draws them (a 16-component mixture in D = 16, seed 0), float32, from a start of one EM
+iteration on a 20,000-row sample, in the estimator's coordinates (the data covariance's Cholesky factor, float64
+parameters). The pieces of the autograd step (float32 data, float64 parameters: its features and GEMMs run in
+float64, what the estimator ran before issue 14 part 2): the standardisation (a triangular solve per batch), the
+forward of the score matrix (an autograd graph), the features, the two GEMMs with the normalisation, the backward,
+Adam. Of the fast step: the score matrix (float64, no graph), the fused E-step (float32), the analytic backward, the
+``reg_covar`` penalty's gradient (closed form), fused Adam. Repeats are interleaved and medians reported (ms per
+step). Writes benchmarks/results/gd_step_profile.json, with the thread count and the load average before and after.
+Nothing here changes the library."""
 
 import argparse
 import itertools
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -58,6 +59,7 @@ def main() -> None:
     old = _gd.make_state(params._replace(means=params.means.double()), "full", shift, coords, 1e-3, "adam")
     new = _gd.make_state(params, "full", shift, coords, 1e-3, "adam")  # float32 params: fused Adam
     fast = _gd_fast.FastStep(new.components, new.logits, shift, coords, args.batch, torch.float32)
+    load_before = list(os.getloadavg())
     old_t: dict[str, list[float]] = {}
     new_t: dict[str, list[float]] = {}
     for _ in range(args.repeats):
@@ -86,10 +88,14 @@ def main() -> None:
             t = _timed(new_t, "fused E-step (features, GEMMs, normalise)", t)
             fast.set_gradient(s, xb.shape[0], True)
             t = _timed(new_t, "backward (analytic)", t)
+            _gd._reg_covar_backward(new, coords, 1e-6)  # the estimator's default reg_covar
+            t = _timed(new_t, "reg_covar penalty (analytic)", t)
             new.optimizer.step()
             _timed(new_t, "Adam (fused)", t)
     report = {
         "config": vars(args),
+        "loadavg_before": load_before,
+        "loadavg_after": list(os.getloadavg()),
         "autograd_step_ms": {k: statistics.median(v) for k, v in old_t.items()},
         "fast_step_ms": {k: statistics.median(v) for k, v in new_t.items()},
     }
