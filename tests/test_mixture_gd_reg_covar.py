@@ -157,3 +157,20 @@ def test_partial_fit_steps_with_the_penalty_as_fit_does(monkeypatch: pytest.Monk
     for start in range(0, 60, 20):
         gm.partial_fit(x[start : start + 20])
     assert calls == ([REG] * 3 if schedule == "estimator" else [])
+
+
+def test_the_distance_only_objective_takes_no_penalty(monkeypatch: pytest.MonkeyPatch) -> None:
+    # volume=False: W → 0 is that objective's optimum (metric collapse), which a pull on tr(P) would add to
+    calls: list[float] = []
+    monkeypatch.setattr(_gd, "_reg_covar_backward", lambda state, scale, reg: calls.append(reg))
+    x = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        GaussianMixture(2, fitter="gd", volume=False, reg_covar=REG, random_state=0, max_iter=2).fit(x)
+        gm = GaussianMixture(2, fitter="gd", volume=False, reg_covar=REG, random_state=0)
+        gm.partial_fit(x[:20])
+    assert calls == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        GaussianMixture(2, fitter="gd", reg_covar=REG, random_state=0, max_iter=1).fit(x)
+    assert len(calls) == _gd.MIN_STEPS  # the likelihood: one penalty per step

@@ -151,17 +151,18 @@ def gd_step(
     reg_covar: float = 0.0,
     fast: FastStep | None = None,
 ) -> float:
-    """One optimiser step on batch x (original coordinates), with ``reg_covar``'s penalty when > 0
-    (:func:`_reg_covar_backward`); returns the batch's mean objective per sample in original coordinates
-    (log-likelihood when volume=True; without the penalty). In float32 the step is :class:`FastStep`'s (the
-    fit's ``fast``, else one made for this step): the same gradient without autograd or a per-batch solve."""
+    """One optimiser step on batch x (original coordinates), with ``reg_covar``'s penalty when > 0 and the
+    objective is the likelihood (volume=True; :func:`_reg_covar_backward`); returns the batch's mean objective
+    per sample in original coordinates (log-likelihood when volume=True; without the penalty). In float32 the
+    step is :class:`FastStep`'s (the fit's ``fast``, else one made for this step): the same gradient without
+    autograd or a per-batch solve."""
     jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
     if fast is None and uses_fast_step(x.dtype):
         fast = FastStep(state.components, state.logits, shift, scale, x.shape[0], x.dtype)
     if fast is not None:
         s, loglik = fast.statistics(x, fast.score_matrix_t(volume))
         fast.set_gradient(s, x.shape[0], volume)
-        if reg_covar > 0:
+        if reg_covar > 0 and volume:
             _reg_covar_backward(state, scale, reg_covar)
         state.optimizer.step()
         return float(loglik) / x.shape[0] - jacobian
@@ -169,7 +170,7 @@ def gd_step(
     state.optimizer.zero_grad(set_to_none=True)
     log_norm = accumulate_gradient(state, x_std, volume)
     loss = -log_norm.double().mean()
-    if reg_covar > 0:
+    if reg_covar > 0 and volume:
         _reg_covar_backward(state, scale, reg_covar)
     state.optimizer.step()
     return -float(loss.detach()) - jacobian
@@ -227,7 +228,7 @@ def group_gd_step(
     else:
         assert a is not None
         a.backward(flat[: stat.numel()].reshape(stat.shape).to(a.dtype).mul_(-1.0 / rows))
-    if reg_covar > 0:  # the same parameters on every process: the same penalty gradient
+    if reg_covar > 0 and volume:  # the same parameters on every process: the same penalty gradient
         _reg_covar_backward(state, scale, reg_covar)
     state.optimizer.step()
     jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
@@ -465,7 +466,9 @@ def _reg_covar_backward(state: GDState, scale: Scale, reg_covar: float) -> None:
     forms, every mean and weight unchanged. sg(π) keeps the penalty from moving the weights (the responsibility
     sums stay the only force on them). The gradient is smooth, unlike a projection onto Σ ⪰ reg·I, which Adam
     follows badly: its moments keep the outward push the projection undoes (breast cancer: 0.7 nats short of
-    EM's regularised optimum in training). tr(P) = ‖W S⁻¹‖²_F in the standardised coordinates x = shift + S u,
+    EM's regularised optimum in training). Only for the likelihood (volume=True): the distance-only objective's
+    optimum is W → 0, not a singular covariance, and a pull on tr(P) would push it the same way, into the
+    collapse that objective is there to show. tr(P) = ‖W S⁻¹‖²_F in the standardised coordinates x = shift + S u,
     so the gradient is analytic: reg·π_j·W_j G with G = S⁻¹S⁻ᵀ, carried to log_diag and lower (no autograd
     graph: ~0.1 ms a step otherwise; tested against autograd of an independent trace).
     """
