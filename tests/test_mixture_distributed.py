@@ -181,3 +181,54 @@ def test_gd_over_two_processes_equals_gd_on_the_same_global_batches(fitted: Path
 def test_gd_float32_over_two_processes_stays_near_the_single_process_fit(fitted: Path) -> None:
     # float32: the gradient is all-reduced in float64 and cast back, the single process sums it in float32
     _check(fitted, "gd_diag_float32", 1e-4)
+
+
+def _rejecting_worker(rank: int, init_file: str, out_dir: str, case: str) -> None:
+    """Rank 1's input is bad (a NaN in its shard, or a checkpoint folder that does not exist on its machine);
+    every rank writes the error it raised."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    try:
+        x = _data()[:SPLIT] if rank == 0 else _data()[SPLIT:].copy()
+        kw: dict[str, Any] = {}
+        if rank == 1 and case == "nan":
+            x[5, 1] = np.nan
+        if case == "checkpoint":
+            folder = Path(out_dir) / ("here" if rank == 0 else "missing")
+            if rank == 0:
+                folder.mkdir(exist_ok=True)
+            kw["checkpoint"] = str(folder / "fit.ckpt")
+        try:
+            GaussianMixture(4, random_state=0, **kw).fit(x)
+            message = "no error"
+        except ValueError as error:
+            message = f"ValueError: {error}"
+        (Path(out_dir) / f"{case}-rank{rank}.txt").write_text(message)
+    finally:
+        dist.destroy_process_group()
+
+
+@skip
+@pytest.mark.parametrize(("case", "words"), [("nan", "NaN"), ("checkpoint", "does not exist")])
+def test_input_rejected_on_one_process_raises_on_every_process(tmp_path: Path, case: str, words: str) -> None:
+    # before: rank 1 raised alone; rank 0 got no ValueError but failed inside its first collective when rank 1
+    # left the group (this test then fails), or waits there while rank 1's process stays up
+    saved = os.environ.get("GLOO_SOCKET_IFNAME")
+    os.environ["GLOO_SOCKET_IFNAME"] = saved or "lo"
+    try:
+        args = (str(tmp_path / "init"), str(tmp_path), case)
+        context = mp.spawn(_rejecting_worker, args=args, nprocs=WORLD, join=False)
+        for _ in range(120):  # at most 120 s
+            if context.join(timeout=1):
+                break
+        else:
+            for p in context.processes:
+                p.kill()
+            pytest.fail("a process hung after another rejected its input")
+    finally:
+        if saved is None:
+            del os.environ["GLOO_SOCKET_IFNAME"]
+    own = (tmp_path / f"{case}-rank1.txt").read_text()
+    other = (tmp_path / f"{case}-rank0.txt").read_text()
+    assert own.startswith("ValueError") and words.lower() in own.lower()
+    assert other.startswith("ValueError") and "another process" in other

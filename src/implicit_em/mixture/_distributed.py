@@ -120,6 +120,26 @@ def any_stop(stop: bool, device: torch.device) -> bool:
     return bool(flag[0] > 0)
 
 
+def agree_on_error(error: BaseException | None) -> None:
+    """Raise on every process if any process's ``error`` is set (one all-reduce of a flag): a check that fails
+    on one process only (its shard has a NaN, its checkpoint folder is missing) must not leave the others
+    waiting in their next collective. The process that failed raises its own error; the others a ValueError
+    saying another process did. Outside a process group, raises ``error`` if set."""
+    if not active():
+        if error is not None:
+            raise error
+        return
+    backend = torch.distributed.get_backend()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    if any_stop(error is not None, device):
+        if error is not None:
+            raise error
+        raise ValueError(
+            "another process of the torch.distributed group rejected its arguments or its data (see its error); "
+            "every process stops"
+        )
+
+
 def zero_summary(n_components: int, n_features: int, device: torch.device) -> Summary:
     """The statistics of an empty shard (a process without data still takes part in the sum)."""
     z = torch.zeros((), dtype=torch.float64, device=device)

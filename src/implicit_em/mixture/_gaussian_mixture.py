@@ -244,12 +244,20 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return self._fit(X).predict(X)
 
     def _fit(self, X: Any) -> "GaussianMixture":
-        self._check_parameters()
-        path = _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
-        settings = FitSettings.from_params(self.get_params(deep=False))
-        fitter = REGISTRY[settings.fitter]
-        data = self._source(X, reset=True)
         group = _distributed.active()
+        rejected: Exception | None = None
+        try:  # in a process group every process learns whether any rejected its arguments or its shard
+            self._check_parameters()
+            path = _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
+            settings = FitSettings.from_params(self.get_params(deep=False))
+            fitter = REGISTRY[settings.fitter]
+            data = self._source(X, reset=True)
+        except (ValueError, TypeError) as error:
+            if not group:
+                raise
+            rejected = error
+        if group:  # one all-reduce; raises on every process if any rejected
+            _distributed.agree_on_error(rejected)
         if group and not fitter.distributed:  # every registered fitter runs in a process group (issue 14)
             raise NotImplementedError(f'fitter="{self.fitter}" does not run in a torch.distributed process group')
         if group:  # this process's rows in the global row index: sampling and the stochastic epochs are global
