@@ -35,14 +35,12 @@ __all__ = ["FastStep"]
 
 def _dense_whitening(c: GaussianComponents) -> Tensor:
     """W of the components in float64 as dense lower-triangular matrices: (K, D, D), or (D, D) for "tied"."""
-    if c.covariance_type in ("full", "tied"):
-        w = c.lower.detach().double().tril(-1)
-        w.diagonal(dim1=-2, dim2=-1).copy_(c.log_diag.detach().exp())
-        return w
+    w = c.whitening().detach().double()
     if c.covariance_type == "diag":
-        return torch.diag_embed(c.log_diag.detach().double().exp())
-    eye = torch.eye(c.n_features, dtype=torch.float64, device=c.means.device)
-    return c.log_scale.detach().double().exp()[:, None, None] * eye
+        return torch.diag_embed(w)
+    if c.covariance_type == "spherical":
+        return w[:, None, None] * torch.eye(c.n_features, dtype=torch.float64, device=w.device)
+    return w
 
 
 def _offsets(c: GaussianComponents, logits: Tensor, volume: bool) -> Float[Tensor, " k"]:
@@ -50,13 +48,7 @@ def _offsets(c: GaussianComponents, logits: Tensor, volume: bool) -> Float[Tenso
     offsets = torch.log_softmax(logits.detach().double(), dim=0)
     if not volume:
         return offsets
-    if c.covariance_type in ("full", "diag"):
-        log_det = c.log_diag.detach().double().sum(-1)
-    elif c.covariance_type == "tied":
-        log_det = c.log_diag.detach().double().sum()
-    else:
-        log_det = c.n_features * c.log_scale.detach().double()
-    return offsets + (log_det - 0.5 * c.n_features * math.log(2 * math.pi))
+    return offsets + (c.log_det().detach().double() - 0.5 * c.n_features * math.log(2 * math.pi))
 
 
 def _standardising_maps(scale: float | Tensor, d: int, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
