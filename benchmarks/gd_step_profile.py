@@ -86,10 +86,8 @@ def main() -> None:
             t = _timed(new_t, "score matrix (float64, no graph)", t)
             s, _ = fast.statistics(xb, a_t)
             t = _timed(new_t, "fused E-step (features, GEMMs, normalise)", t)
-            fast.set_gradient(s, xb.shape[0], True)
-            t = _timed(new_t, "backward (analytic)", t)
-            _gd._reg_covar_backward(new, coords, 1e-6)  # the estimator's default reg_covar
-            t = _timed(new_t, "reg_covar penalty (analytic)", t)
+            fast.set_gradient(s, xb.shape[0], True, 1e-6)  # with the estimator's default reg_covar's penalty
+            t = _timed(new_t, "backward (analytic, with reg_covar's penalty)", t)
             new.optimizer.step()
             _timed(new_t, "Adam (fused)", t)
     report = {

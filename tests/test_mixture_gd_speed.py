@@ -63,8 +63,14 @@ def _gradients(state: _gd.GDState) -> dict[str, torch.Tensor]:
     return out
 
 
+@pytest.mark.parametrize("reg_covar", [0.0, 0.4])
 @pytest.mark.parametrize(("covariance_type", "volume", "scale_kind"), _cases())
-def test_fast_gradient_equals_autograd_in_float64(covariance_type: str, volume: bool, scale_kind: str) -> None:
+def test_fast_gradient_equals_autograd_in_float64(
+    covariance_type: str, volume: bool, scale_kind: str, reg_covar: float
+) -> None:
+    """With reg_covar, the reference adds ``_reg_covar_backward``'s gradient (tested against autograd of the
+    trace in test_mixture_gd_reg_covar.py); the fast step folds it into dW (0.4: far above the tolerance; with
+    volume=False neither takes it)."""
     x = _data()
     shift = x.mean(0)
     scale = _scale(scale_kind, x, shift, covariance_type)
@@ -73,10 +79,12 @@ def test_fast_gradient_equals_autograd_in_float64(covariance_type: str, volume: 
         with torch.no_grad():
             state.components.lower.add_(torch.randn_like(state.components.lower))
     log_norm = _gd.accumulate_gradient(state, _gd._standardise(x, shift, scale), volume)  # autograd: the reference
+    if reg_covar > 0 and volume:
+        _gd._reg_covar_backward(state, scale, reg_covar)
     expected = _gradients(state)
     fast = _gd_fast.FastStep(state.components, state.logits, shift, scale, 4096, torch.float64)
     s, loglik = fast.statistics(x, fast.score_matrix_t(volume))
-    fast.set_gradient(s, x.shape[0], volume)
+    fast.set_gradient(s, x.shape[0], volume, reg_covar)
     got = _gradients(state)
     assert sorted(got) == sorted(expected)
     for name, value in expected.items():

@@ -161,9 +161,7 @@ def gd_step(
         fast = FastStep(state.components, state.logits, shift, scale, x.shape[0], x.dtype)
     if fast is not None:
         s, loglik = fast.statistics(x, fast.score_matrix_t(volume))
-        fast.set_gradient(s, x.shape[0], volume)
-        if reg_covar > 0 and volume:
-            _reg_covar_backward(state, scale, reg_covar)
+        fast.set_gradient(s, x.shape[0], volume, reg_covar)  # with the penalty's gradient
         state.optimizer.step()
         return float(loglik) / x.shape[0] - jacobian
     x_std = _standardise(x, shift, scale)
@@ -223,13 +221,14 @@ def group_gd_step(
     rows = int(flat[-3])
     if rows == 0:
         return None
+    # the same parameters on every process: the same penalty gradient (the fast step adds it to dW)
     if fast is not None:
-        fast.set_gradient(flat[: stat.numel()].reshape(stat.shape), rows, volume)
+        fast.set_gradient(flat[: stat.numel()].reshape(stat.shape), rows, volume, reg_covar)
     else:
         assert a is not None
         a.backward(flat[: stat.numel()].reshape(stat.shape).to(a.dtype).mul_(-1.0 / rows))
-    if reg_covar > 0 and volume:  # the same parameters on every process: the same penalty gradient
-        _reg_covar_backward(state, scale, reg_covar)
+        if reg_covar > 0 and volume:
+            _reg_covar_backward(state, scale, reg_covar)
     state.optimizer.step()
     jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
     return float(flat[-2]) - rows * jacobian, rows
@@ -271,12 +270,13 @@ def fit_gd(
     per_feature_scale: bool = False,
     average: bool = False,
     reg_covar: float = 0.0,
+    lr_halvings: int = LR_HALVINGS,
 ) -> tuple[FitResult, GDState]:
     """Epochs of mini-batch gradient descent with the learning rate halved on plateaus.
 
     An epoch whose mean objective improves by less than ``tol`` on the previous one (or gets worse) halves the
     learning rate (as ``torch.optim.lr_scheduler.ReduceLROnPlateau(factor=0.5, patience=0)``); the fit has
-    converged at the first plateau (|change| < tol) after ``LR_HALVINGS`` halvings. A constant step leaves
+    converged at the first plateau (|change| < tol) after ``lr_halvings`` halvings. A constant step leaves
     the iterate in a noise ball whose size grows with the step: at N = 3e5 from k-means, Adam at 0.01 stayed
     0.017 nats/sample short of the EM optimum, the halvings end 0.001 short.
 
@@ -285,8 +285,9 @@ def fit_gd(
     step, and 100 epochs too few); ``per_feature_scale`` steps in whitened coordinates (:func:`feature_scale`,
     unless ``state`` is given: then the caller's ``scale``); ``average`` ends at the mean of the last epoch's
     iterates (:class:`_EpochAverage`); ``reg_covar`` > 0 adds to every step the gradient of the penalty whose
-    stationary points are EM-with-reg_covar's fixed points (:func:`_reg_covar_backward`). ``n_iter`` counts
-    epochs, at most ``max_iter``.
+    stationary points are EM-with-reg_covar's fixed points (:func:`_reg_covar_backward`); ``lr_halvings``
+    (the estimator: 1) is the halvings before the plateau that stops the fit. ``n_iter`` counts epochs, at
+    most ``max_iter``.
 
     ``lower_bound`` of the result is the last epoch's mean objective (a running average over the epoch, not
     an exact pass; the estimator replaces it by an exact pass). ``on_safe_point(epochs, snapshot)`` follows
@@ -335,7 +336,7 @@ def fit_gd(
                 if not math.isfinite(mean):
                     raise FloatingPointError("gradient descent diverged (non-finite objective); lower learning_rate")
                 if mean - prev < tol:  # a plateau or a step back: halve the step; stop at a plateau once halved enough
-                    if halvings >= LR_HALVINGS and abs(mean - prev) < tol:
+                    if halvings >= lr_halvings and abs(mean - prev) < tol:
                         converged = True
                     else:
                         halvings += 1

@@ -109,6 +109,8 @@ class FastStep:
         self.ws = _Workspace(self.rows, d, k, dtype, device)
         self.shift = shift.to(dtype=dtype, device=device)
         self.to_u, self.from_u = _standardising_maps(scale, d, device)
+        #: G = S⁻¹S⁻ᵀ: tr(Pₓ) = ‖Wᵤ S⁻¹‖²_F, so reg_covar's penalty adds reg·π_j·W_j G to dW (None: G = I)
+        self.gram = None if self.to_u is None else self.to_u @ self.to_u.mT
         self.src, self.coef = _score_layout(d, device)
         self._w = self._wx = self._lam = self._mx = torch.empty(0)
 
@@ -146,10 +148,14 @@ class FastStep:
         return s, loglik
 
     @torch.no_grad()
-    def set_gradient(self, s: Float[Tensor, "k p"], rows: int, volume: bool) -> None:
+    def set_gradient(self, s: Float[Tensor, "k p"], rows: int, volume: bool, reg_covar: float = 0.0) -> None:
         """``.grad`` of every parameter: the gradient of the mean NLL of ``rows`` rows whose summed statistics
-        (circulant order, :meth:`statistics` under the last :meth:`score_matrix_t`) are ``s``."""
+        (circulant order, :meth:`statistics` under the last :meth:`score_matrix_t`) are ``s``, plus (when
+        ``reg_covar`` > 0 and ``volume``) that of reg_covar's penalty ½·reg·Σ_j sg(π_j)·tr(P_j), the gradient
+        of ``_gd._reg_covar_backward`` added to dW before it is split into the parameters (no separate pass
+        over them: issue 14, fourth session)."""
         c = self.components
+        pi = torch.softmax(self.logits.detach().double(), dim=0)
         k, d = c.n_components, c.n_features
         g_z = torch.zeros(k, d * d + d + 1, dtype=torch.float64, device=s.device)
         g_z.index_add_(1, self.src, s * self.coef, alpha=-1.0 / rows)  # dL/dZ: dL/dAᵀ = −s / rows
@@ -165,6 +171,9 @@ class FastStep:
         g_w = self._wx @ sym  # dWₓ
         if self.to_u is not None:
             g_w = g_w @ self.to_u.mT  # dWᵤ
+        if reg_covar > 0 and volume:  # + reg·π_j·W_j G (tied: Σπ = 1); only W's diagonal counts for diag, spherical
+            pen = self._w if self.gram is None else self._w @ self.gram
+            g_w = g_w + (reg_covar if c.covariance_type == "tied" else reg_covar * pi[:, None, None]) * pen
         g_w_diag = torch.diagonal(g_w, dim1=-2, dim2=-1) * torch.diagonal(self._w, dim1=-2, dim2=-1)  # d log W_dd
         g_off = g_const if volume else None
         if c.covariance_type in ("full", "tied"):
@@ -178,6 +187,4 @@ class FastStep:
             grads["log_scale"] = g_scale if g_off is None else g_scale + d * g_off
         for name, p in c.named_parameters():
             p.grad = grads[name].to(p.dtype)
-        self.logits.grad = (g_const - torch.softmax(self.logits.detach().double(), dim=0) * g_const.sum()).to(
-            self.logits.dtype
-        )
+        self.logits.grad = (g_const - pi * g_const.sum()).to(self.logits.dtype)
