@@ -10,7 +10,8 @@ float64, what the estimator ran before issue 14 part 2): the standardisation (a 
 forward of the score matrix (an autograd graph), the features, the two GEMMs with the normalisation, the backward,
 Adam. Of the fast step: the score matrix (float64, no graph), the fused E-step (float32), the analytic backward with
 the ``reg_covar`` penalty's gradient (closed form, added to dW inside it), fused Adam. Repeats are interleaved and
-medians reported (ms per step). Writes benchmarks/results/gd_step_profile.json, with the thread count and the load average before and after.
+medians reported (ms per step). Writes benchmarks/results/gd_step_profile.json, with the thread count and the load
+average before and after.
 Nothing here changes the library."""
 
 import argparse
