@@ -68,8 +68,18 @@ def test_fused_pass_equals_the_float64_reference_statistics(cov_type: str, k: in
         assert_close(g, r, rtol=1e-10, atol=1e-9, msg=name)
 
 
+@pytest.fixture(params=["onednn", "torch.mm"])
+def e_step_gemm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both E-step GEMMs of the float32 pass: oneDNN's linear kernel (the default on CPU) and torch.mm."""
+    if request.param == "torch.mm":
+        monkeypatch.setattr(_fused, "_linear_for", lambda dtype, device: None)
+    else:
+        assert _fused._onednn_linear() is not None  # this torch build (the pinned one) has it: the test is real
+    return str(request.param)
+
+
 @pytest.mark.parametrize("cov_type", TYPES)
-def test_fused_pass_in_float32_is_within_float32_round_off_of_the_reference(cov_type: str) -> None:
+def test_fused_pass_in_float32_is_within_float32_round_off_of_the_reference(cov_type: str, e_step_gemm: str) -> None:
     x = _data(1000, 4)
     p, shift = _params(cov_type, 3, 4), x[:50].mean(0)
     got = _fused_summary(x, p, cov_type, shift, torch.float32, rows=64, workers=2)
@@ -208,3 +218,115 @@ def test_em_on_a_stream_does_not_read_ahead(monkeypatch: pytest.MonkeyPatch) -> 
     ):
         _em.full_pass(data, p32, "diag", shift, 256)
         assert seen[-1] is lookahead
+
+
+@pytest.mark.parametrize(("d", "k", "rows"), [(1, 1, 7), (2, 3, 64), (5, 4, 33), (16, 16, 4096)])
+def test_the_onednn_e_step_gives_the_products_of_torch_mm(d: int, k: int, rows: int) -> None:
+    linear = _fused._onednn_linear()
+    assert linear is not None
+    g = torch.Generator().manual_seed(d)
+    x, shift = torch.randn(rows, d, generator=g), torch.randn(d, generator=g)
+    ws = _fused._Workspace(rows, d, k, torch.float32, torch.device("cpu"))
+    assert ws._linear is linear  # float32 on CPU takes it
+    phi_t = ws.features(x, shift)
+    a_t = torch.randn(k, phi_t.shape[0], generator=g)
+    got = linear(a_t, phi_t.T)
+    want = a_t.double() @ phi_t.double()
+    assert got.shape == (k, rows) and got.dtype == torch.float32
+    assert_close(got.double(), want, rtol=0, atol=2e-6 * float(want.abs().max()))  # float32 products, P terms
+
+
+def test_float64_and_other_devices_keep_torch_mm() -> None:
+    assert _fused._linear_for(torch.float64, torch.device("cpu")) is None
+    assert _fused._linear_for(torch.float32, torch.device("meta")) is None
+    assert _fused._Workspace(8, 2, 2, torch.float64, torch.device("cpu"))._linear is None
+
+
+@pytest.mark.parametrize("broken", ["no oneDNN", "wrong products"])
+def test_a_torch_without_a_working_onednn_kernel_falls_back_to_torch_mm(
+    broken: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if broken == "no oneDNN":
+        monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    else:  # an op of another meaning under the same name: the check on a small product rejects it
+        monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda x, w, *rest: x @ w.T + 1.0)
+    _fused._onednn_linear.cache_clear()
+    try:
+        assert _fused._onednn_linear() is None
+        x = _data(1000, 4)
+        p, shift = _params("full", 3, 4), x[:50].mean(0)
+        got = _fused_summary(x, p, "full", shift, torch.float32, rows=64, workers=2)
+        ref = _reference(x, p, "full", shift)
+        for name, g, r in zip(_stats.Summary._fields, got, ref, strict=True):
+            assert_close(g, r, rtol=1e-6, atol=1e-6 * float(r.abs().max()), msg=name)
+    finally:
+        monkeypatch.undo()
+        _fused._onednn_linear.cache_clear()
+    assert _fused._onednn_linear() is not None
+
+
+@pytest.mark.parametrize("cov_type", TYPES)
+def test_the_batch_summarizer_gives_summarize_statistics_batch_after_batch(cov_type: str) -> None:
+    """Online EM's float32 mini-batch E-step: one workspace for batches of several sizes (one chunk, several
+    chunks of ``rows``, a short last batch), each equal to ``summarize`` of that batch to float32 round-off."""
+    x = _data(1000, 4)
+    p, shift = _params(cov_type, 3, 4), x[:50].mean(0)
+    a = _stats.score_matrix(p, cov_type, shift).float()
+    summarizer = _fused.BatchSummarizer(64, 4, 3, torch.float32, torch.device("cpu"))
+    for lo, hi in ((0, 64), (64, 300), (300, 305), (305, 1000)):
+        xb = x[lo:hi].float()
+        got = summarizer(xb, a, shift.float())
+        want, _ = _stats.summarize(xb, a, shift.float())
+        for name, g, r in zip(_stats.Summary._fields, got, want, strict=True):
+            assert g.dtype == torch.float64, name
+            assert_close(g, r, rtol=2e-6, atol=2e-6 * float(r.abs().max()), msg=f"{name} of rows {lo}:{hi}")
+
+
+@pytest.mark.parametrize(("dtype", "built"), [(torch.float32, 1), (torch.float64, 0)])
+def test_a_float32_online_em_fit_keeps_one_summarizer_for_all_its_steps(
+    dtype: torch.dtype, built: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from implicit_em.mixture import GaussianMixture, _online_em
+
+    made: list[int] = []
+
+    class Counting(_fused.BatchSummarizer):
+        def __init__(self, *args: object, **kw: object) -> None:
+            made.append(1)
+            super().__init__(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_online_em, "BatchSummarizer", Counting)
+    x = _data(2000, 3).to(dtype).numpy()
+    gm = GaussianMixture(2, fitter="online_em", batch_size=100, max_iter=3, split_merge=0, random_state=0)
+    gm.fit(x)
+    assert gm.n_iter_ >= 1 and len(made) == built  # 20 steps an epoch, one summarizer (float32) or none
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_loglik_pass_is_the_summary_pass_without_its_statistics(workers: int) -> None:
+    x = _data(1000, 4).float()
+    p, shift = _params("full", 3, 4), x[:50].mean(0).double()
+    a = _stats.score_matrix(p, "full", shift).float()
+    batches = [x[i : i + 300] for i in range(0, 1000, 300)]
+    done = _fused._pass(batches, a, shift.float(), 64, workers, True, statistics=False)
+    assert done is not None and all(w.s is None for w in done[0])  # no statistics GEMM was run
+    loglik = float(sum(w.loglik for w in done[0]))
+    summary = _fused.fused_pass_summary(batches, a, shift.float(), rows=64, workers=workers)
+    assert summary is not None and loglik == float(summary.loglik)  # the same E-step, bitwise
+    assert_close(loglik, float(_reference(x.double(), p, "full", shift).loglik), rtol=1e-6, atol=0.0)
+    assert _fused.fused_pass_loglik(batches, a, shift.float()) == (
+        float(_fused.fused_pass_summary(batches, a, shift.float()).loglik),  # type: ignore[union-attr]
+        1000,
+    )
+    assert _fused.fused_pass_loglik([], a, shift.float()) == (0.0, 0)
+
+
+def test_the_exact_log_likelihood_after_a_float32_fit_is_the_float64_one_to_round_off() -> None:
+    from implicit_em.mixture._data import DataSource
+    from implicit_em.mixture._fitting import _mean_loglik
+
+    x = _data(5000, 4)
+    p, shift = _params("full", 3, 4), x[:50].mean(0)
+    exact = _mean_loglik(DataSource(x, torch.device("cpu"), torch.float64), p, "full", shift)
+    fused = _mean_loglik(DataSource(x.float(), torch.device("cpu"), torch.float32), p, "full", shift)
+    assert fused != exact and abs(fused - exact) < 1e-5 * abs(exact)  # float32 E-step, float64 sums

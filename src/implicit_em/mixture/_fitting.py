@@ -19,6 +19,7 @@ from torch import Tensor
 from implicit_em.mixture import _distributed, _stats
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
+from implicit_em.mixture._fused import fused_pass_loglik
 from implicit_em.mixture._gd import MIN_STEPS, fit_gd, gd_step, make_state, state_params
 from implicit_em.mixture._online_em import fit_online_em, init_state, online_step
 from implicit_em.mixture._stats import MixtureParams
@@ -183,7 +184,7 @@ def _online_partial_step(
 ) -> tuple[Any, MixtureParams, float]:
     """A step of online EM on x: ``partial_fit`` of both EM fitters."""
     state = state if state is not None else init_state(params, settings.covariance_type, shift)
-    state, new, log_norm = online_step(
+    state, new, loglik = online_step(
         state,
         x,
         params,
@@ -192,7 +193,7 @@ def _online_partial_step(
         shift=shift,
         compute_dtype=x.dtype,
     )
-    return state, new, float(log_norm.double().mean())
+    return state, new, float(loglik) / x.shape[0]
 
 
 class BatchEM:
@@ -369,12 +370,16 @@ FITTERS = tuple(REGISTRY)
 
 
 def _mean_loglik(data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor) -> float:
-    """The exact mean log-likelihood of the data, one chunked pass (over every shard in a process group)."""
+    """The exact mean log-likelihood of the data, one chunked pass (over every shard in a process group); in
+    float32 the fused pass without its statistics GEMM (``_fused.fused_pass_loglik``)."""
     a = _stats.score_matrix(params, covariance_type, shift).to(data.dtype)
-    total, n = 0.0, 0
-    for x in data.batches(CHUNK):
-        total += float(_stats.log_normalize(_stats.weighted_log_prob(x, a, shift).T)[1].double().sum())
-        n += x.shape[0]
+    if a.dtype == torch.float32:
+        total, n = fused_pass_loglik(data.batches(CHUNK), a, shift, lookahead=data.kind != "iterable")
+    else:
+        total, n = 0.0, 0
+        for x in data.batches(CHUNK):
+            total += float(_stats.log_normalize(_stats.weighted_log_prob(x, a, shift).T)[1].double().sum())
+            n += x.shape[0]
     if data.layout is not None:  # a process group: the sums over every process's shard
         sums = _distributed.all_reduce_sum(torch.tensor([total, float(n)], dtype=torch.float64, device=a.device))
         total, n = float(sums[0]), int(sums[1])

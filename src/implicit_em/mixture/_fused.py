@@ -11,8 +11,11 @@ cut to a handful of tensor operations on buffers allocated once per pass:
   :func:`~implicit_em.mixture._stats.quadratic_features_t`; only the order of the rows differs, and the score
   matrix and the statistics are permuted to match (:func:`circulant_order`). The old path took D + 3
   operations and a fresh (P, B) buffer per chunk.
-- **E-step GEMM** Aᵀφᵀ (K, B) and **statistics GEMM** R φ (K, P) with ``torch.mm(..., out=)`` into fixed
-  buffers, the second on the chunk just written, while φ is in cache (4096 rows: 2.4 MB in float32 at D = 16);
+- **E-step GEMM** Aᵀφᵀ (K, B) and **statistics GEMM** R φ (K, P), the second on the chunk just written, while φ
+  is in cache (4096 rows: 2.4 MB in float32 at D = 16), with ``torch.mm(..., out=)`` into fixed buffers; in
+  float32 on CPU the E-step GEMM is oneDNN's linear kernel instead (:func:`_onednn_linear`, the one torch's
+  inductor compiles linear layers to): on this skinny shape (K = 16 rows, P = 153 inner, B = 4096 columns) it
+  ran 10-25% faster than MKL's and gave the same products (issue 14, fifth session);
 - **normalisation** :func:`~implicit_em.mixture._stats.log_normalize` over the K rows (reductions along the
   contiguous B axis; its floor keeps subnormal responsibilities out of the statistics GEMM).
 - **threads.** On CPU the chunks of a batch are shared between Python threads, one per intra-op thread, each
@@ -27,7 +30,7 @@ import contextlib
 import functools
 import itertools
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -36,7 +39,7 @@ from torch import Tensor
 
 from implicit_em.mixture._stats import Summary, _unpack, log_normalize
 
-__all__ = ["SUB_CHUNK", "circulant_order", "fused_pass_summary"]
+__all__ = ["SUB_CHUNK", "BatchSummarizer", "circulant_order", "fused_pass_loglik", "fused_pass_summary"]
 
 #: rows per fused chunk: φ (B, P) is 2.4 MB in float32 at D = 16, within L2 and L3 with the GEMMs' operands
 SUB_CHUNK = 4096
@@ -66,6 +69,38 @@ def circulant_order(n_features: int, device: torch.device | None = None) -> Tens
     return _circulant_order_cpu(n_features).to(device)
 
 
+Linear = Callable[[Tensor, Tensor], Tensor]  #: (x, w) -> x wᵀ
+
+
+@functools.lru_cache(maxsize=1)
+def _onednn_linear() -> Linear | None:
+    """torch's oneDNN linear kernel, ``torch.ops.mkldnn._linear_pointwise`` (x, w) -> x wᵀ, or None where this
+    torch build lacks it or it does not give ``torch.mm``'s product on a small check (a private op of torch's:
+    the kernel inductor calls for linear layers on CPU, so it is kept, but its name may change)."""
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return None
+        op = torch.ops.mkldnn._linear_pointwise
+
+        def linear(x: Tensor, w: Tensor) -> Tensor:
+            out: Tensor = op(x, w, None, "none", [], "")
+            return out
+
+        g = torch.Generator().manual_seed(0)
+        x, w = torch.randn(3, 37, generator=g), torch.randn(29, 37, generator=g)
+        for weight in (w, w.T.contiguous().T):  # a contiguous weight and a transposed view (the E-step's)
+            if not torch.allclose(linear(x, weight), x @ w.T, rtol=1e-5, atol=1e-5):
+                return None
+        return linear
+    except Exception:  # any failure (no such op, another signature): torch.mm is the fallback
+        return None
+
+
+def _linear_for(dtype: torch.dtype, device: torch.device) -> Linear | None:
+    """The oneDNN kernel for float32 on CPU (where it ran faster than torch.mm), else None (torch.mm)."""
+    return _onednn_linear() if dtype == torch.float32 and device.type == "cpu" else None
+
+
 class _Workspace:
     """Buffers of one pass, allocated once and viewed as contiguous (·, B) blocks for any B ≤ ``rows``:
     x̃ twice (2(D+1), B), φᵀ (P, B), log p (K, B), Rφ (K, P)."""
@@ -73,11 +108,13 @@ class _Workspace:
     def __init__(self, rows: int, n_features: int, n_components: int, dtype: torch.dtype, device: torch.device):
         m = n_features + 1
         self.m, self.full, self.p, self.k = m, (m + 1) // 2, m * (m + 1) // 2, n_components
+        self.rows = rows
         self._xt = torch.empty(2 * m * rows, dtype=dtype, device=device)
         self._phi = torch.empty(self.p * rows, dtype=dtype, device=device)
         self._logp = torch.empty(n_components * rows, dtype=dtype, device=device)
         self.stats = torch.empty(n_components, self.p, dtype=dtype, device=device)
         self._rows = 0  # the B the 1 rows of x̃ were written for
+        self._linear = _linear_for(dtype, device)
 
     def features(self, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"]) -> Float[Tensor, "p b"]:
         """φ(x − shift)ᵀ in circulant order, (P, B), in the workspace (valid until the next call)."""
@@ -97,28 +134,82 @@ class _Workspace:
 
     def responsibilities(self, phi_t: Float[Tensor, "p b"], a_t: Float[Tensor, "k p"]) -> tuple[Tensor, Tensor]:
         """r (K, B) and log p(x_i) (B,) from the E-step GEMM (:func:`~implicit_em.mixture._stats.log_normalize`)."""
-        logp = torch.mm(a_t, phi_t, out=self._logp[: self.k * phi_t.shape[1]].view(self.k, -1))  # (K, B)
+        if self._linear is not None:
+            logp = self._linear(a_t, phi_t.T)  # (K, B)
+        else:
+            logp = torch.mm(a_t, phi_t, out=self._logp[: self.k * phi_t.shape[1]].view(self.k, -1))  # (K, B)
         return log_normalize(logp)
+
+    def statistics(self, resp: Float[Tensor, "k b"], phi_t: Float[Tensor, "p b"]) -> Float[Tensor, "k p"]:
+        """R φ (K, P) of one chunk in the compute dtype (valid until the next call). ``torch.mm``'s MKL: oneDNN's
+        kernel, 5% faster on this sum over the chunk's rows, had 2-3× its round-off (7.5e-7 against 2.6e-7 of the
+        largest statistic over 4096 rows, float32)."""
+        return torch.mm(resp, phi_t.T, out=self.stats)
+
+    def add(
+        self,
+        x: Float[Tensor, "b d"],
+        a_t: Float[Tensor, "k p"],
+        shift: Float[Tensor, " d"],
+        s: Tensor | None,
+        loglik: Tensor,
+    ) -> None:
+        """Add the rows of x, in chunks of at most ``rows``, to the float64 sums s (R φ, (K, P), circulant order;
+        None: no statistics GEMM) and loglik (Σ log p, 0-dim): the compute dtype within a chunk, float64 across
+        chunks."""
+        for start in range(0, x.shape[0], self.rows):
+            phi_t = self.features(x[start : start + self.rows], shift)
+            resp, log_norm = self.responsibilities(phi_t, a_t)
+            if s is not None:
+                s += self.statistics(resp, phi_t)
+            loglik += log_norm.sum(dtype=torch.float64)
+
+
+def _summary(s: Float[Tensor, "k p"], loglik: Tensor, n: int, order: Tensor, n_features: int) -> Summary:
+    """The :class:`~implicit_em.mixture._stats.Summary` of float64 sums in the circulant order."""
+    s_std = torch.empty_like(s)
+    s_std[:, order] = s  # back to quadratic_features' column order
+    nk, sx, sxx = _unpack(s_std, n_features)
+    return Summary(torch.tensor(float(n), dtype=torch.float64, device=s.device), nk, sx, sxx, loglik)
+
+
+class BatchSummarizer:
+    """:func:`~implicit_em.mixture._stats.summarize`'s statistics of one batch at a time through the fused E-step,
+    its buffers kept from call to call: online EM's mini-batch steps in float32 (issue 14, fifth session), whose
+    batches are one chunk of at most ``rows`` rows, or a few. Single-threaded in Python (torch's intra-op
+    threads run the operations), as gd's step (``_gd_fast.FastStep.statistics``)."""
+
+    def __init__(self, rows: int, n_features: int, n_components: int, dtype: torch.dtype, device: torch.device):
+        self.ws = _Workspace(max(1, min(rows, SUB_CHUNK)), n_features, n_components, dtype, device)
+        self.order, self.n_features = circulant_order(n_features, device), n_features
+
+    def __call__(self, x: Float[Tensor, "b d"], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"]) -> Summary:
+        """The summed statistics (float64) of the rows of x under the score matrix a (P, K), compute dtype."""
+        a_t = a[self.order].T.contiguous()  # (K, P): columns in circulant order
+        s = torch.zeros(a_t.shape, dtype=torch.float64, device=a.device)
+        loglik = torch.zeros((), dtype=torch.float64, device=a.device)
+        self.ws.add(x.to(a.dtype), a_t, shift.to(a.dtype), s, loglik)
+        return _summary(s, loglik, x.shape[0], self.order, self.n_features)
 
 
 class _Sums:
     """One worker's workspace and running float64 sums: Rφ (K, P), Σ log p, rows seen."""
 
-    def __init__(self, rows: int, a_t: Tensor, n_features: int) -> None:
+    def __init__(self, rows: int, a_t: Tensor, n_features: int, statistics: bool = True) -> None:
         k, p = a_t.shape
         self.rows, self.a_t = rows, a_t
         self.ws = _Workspace(rows, n_features, k, a_t.dtype, a_t.device)
-        self.s = torch.zeros(k, p, dtype=torch.float64, device=a_t.device)
+        self.s = torch.zeros(k, p, dtype=torch.float64, device=a_t.device) if statistics else None
         self.loglik = torch.zeros((), dtype=torch.float64, device=a_t.device)
         self.n = 0
 
     def add(self, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"]) -> None:
-        for start in range(0, x.shape[0], self.rows):
-            phi_t = self.ws.features(x[start : start + self.rows], shift)
-            resp, log_norm = self.ws.responsibilities(phi_t, self.a_t)
-            self.s += torch.mm(resp, phi_t.T, out=self.ws.stats)  # (K, P): compute dtype in a chunk, float64 across
-            self.loglik += log_norm.sum(dtype=torch.float64)
+        self.ws.add(x, self.a_t, shift, self.s, self.loglik)
         self.n += x.shape[0]
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
 
 
 @contextlib.contextmanager
@@ -154,6 +245,37 @@ def fused_pass_summary(
     ``lookahead=False`` waits for a batch's work before the next batch is drawn from ``batches``: for a stream
     whose producer may reuse one buffer for every batch (a user's iterable), which the queued batch would race.
     """
+    done = _pass(batches, a, shift, rows, workers, lookahead, statistics=True)
+    if done is None:
+        return None
+    sums, order = done
+    s = functools.reduce(operator.add, (w.s for w in sums if w.s is not None))
+    loglik = functools.reduce(operator.add, (w.loglik for w in sums))
+    return _summary(s, loglik, sum(w.n for w in sums), order, int(shift.numel()))
+
+
+def fused_pass_loglik(
+    batches: Iterable[Tensor], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"], lookahead: bool = True
+) -> tuple[float, int]:
+    """Σ log p(x_i) over every row of ``batches`` (float64) and the rows: :func:`fused_pass_summary`'s pass
+    without its statistics GEMM (the exact log-likelihood a stochastic fit ends with)."""
+    done = _pass(batches, a, shift, SUB_CHUNK, None, lookahead, statistics=False)
+    if done is None:
+        return 0.0, 0
+    sums, _ = done
+    return float(functools.reduce(operator.add, (w.loglik for w in sums))), sum(w.n for w in sums)
+
+
+def _pass(
+    batches: Iterable[Tensor],
+    a: Float[Tensor, "p k"],
+    shift: Float[Tensor, " d"],
+    rows: int,
+    workers: int | None,
+    lookahead: bool,
+    statistics: bool,
+) -> tuple[list[_Sums], Tensor] | None:
+    """The workers' sums of one pass (see :func:`fused_pass_summary`) and the circulant order, or None."""
     it = iter(batches)
     first = next(it, None)
     if first is None:
@@ -163,7 +285,7 @@ def fused_pass_summary(
     a_t, shift_c = a[order].T.contiguous(), shift.to(a.dtype)  # (K, P): columns in circulant order
     if workers is None:
         workers = torch.get_num_threads() if a.device.type == "cpu" else 1
-    sums = [_Sums(rows, a_t, d) for _ in range(workers)]
+    sums = [_Sums(rows, a_t, d, statistics) for _ in range(workers)]
     with contextlib.ExitStack() as stack:
         queues: list[ThreadPoolExecutor] = []  # one single-thread queue per worker: its chunks in order
         in_flight: collections.deque[list[Future[None]]] = collections.deque()
@@ -174,7 +296,9 @@ def fused_pass_summary(
                 continue
             if not queues:  # the first batch worth sharing
                 stack.enter_context(_one_thread_per_op())
-                queues = [stack.enter_context(ThreadPoolExecutor(1)) for _ in sums]
+                # each worker thread sets its own thread count too: OpenMP's is per thread, and a new thread's
+                # GEMMs otherwise ran on two (measured: twice the worker's wall time in CPU time)
+                queues = [stack.enter_context(ThreadPoolExecutor(1, initializer=_one_thread)) for _ in sums]
             block = -(-x.shape[0] // (workers * rows)) * rows  # rows per worker, a multiple of ``rows``
             parts = [x[i * block : (i + 1) * block] for i in range(workers)]
             in_flight.append([q.submit(w.add, part, shift_c) for q, w, part in zip(queues, sums, parts, strict=True)])
@@ -184,10 +308,4 @@ def fused_pass_summary(
         for jobs in in_flight:
             for job in jobs:
                 job.result()
-    s = functools.reduce(operator.add, (w.s for w in sums))
-    loglik = functools.reduce(operator.add, (w.loglik for w in sums))
-    s_std = torch.empty_like(s)
-    s_std[:, order] = s  # back to quadratic_features' column order
-    nk, sx, sxx = _unpack(s_std, d)
-    n = torch.tensor(float(sum(w.n for w in sums)), dtype=torch.float64, device=a.device)
-    return Summary(n, nk, sx, sxx, loglik)
+    return sums, order

@@ -105,8 +105,7 @@ class FastStep:
         self.components, self.logits = components, logits
         d, k = components.n_features, components.n_components
         device = components.means.device
-        self.rows = max(1, min(rows, SUB_CHUNK))
-        self.ws = _Workspace(self.rows, d, k, dtype, device)
+        self.ws = _Workspace(max(1, min(rows, SUB_CHUNK)), d, k, dtype, device)
         self.shift = shift.to(dtype=dtype, device=device)
         self.to_u, self.from_u = _standardising_maps(scale, d, device)
         #: G = S⁻¹S⁻ᵀ: tr(Pₓ) = ‖Wᵤ S⁻¹‖²_F, so reg_covar's penalty adds reg·π_j·W_j G to dW (None: G = I)
@@ -140,11 +139,7 @@ class FastStep:
         k, p = a_t.shape
         s = torch.zeros(k, p, dtype=torch.float64, device=a_t.device)
         loglik = torch.zeros((), dtype=torch.float64, device=a_t.device)
-        for start in range(0, x.shape[0], self.rows):
-            phi_t = self.ws.features(x[start : start + self.rows], self.shift)
-            resp, log_norm = self.ws.responsibilities(phi_t, a_t)
-            s += torch.mm(resp, phi_t.T, out=self.ws.stats)
-            loglik += log_norm.sum(dtype=torch.float64)
+        self.ws.add(x, a_t, self.shift, s, loglik)
         return s, loglik
 
     @torch.no_grad()

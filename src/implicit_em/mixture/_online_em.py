@@ -31,6 +31,7 @@ from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
 from implicit_em.mixture._epochs import EpochPosition, epoch_batches
+from implicit_em.mixture._fused import BatchSummarizer
 from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._stats import (
     MixtureParams,
@@ -65,12 +66,37 @@ def online_step(
     compute_dtype: torch.dtype,
     step_offset: float = 2.0,
     step_power: float = 0.5,
-) -> tuple[OnlineState, MixtureParams, Float[Tensor, " b"]]:
-    """One stochastic EM step on batch x: returns the new state, the new parameters and log p(x_i) (B,)."""
+    summarizer: BatchSummarizer | None = None,
+) -> tuple[OnlineState, MixtureParams, Float[Tensor, ""]]:
+    """One stochastic EM step on batch x: returns the new state, the new parameters and Σ_i log p(x_i) (float64).
+    ``summarizer`` (the fit's, for float32; see :func:`batch_summary`) keeps the E-step's buffers across steps."""
     a = score_matrix(params, covariance_type, shift).to(compute_dtype)
-    batch, log_norm = summarize(x, a, shift)
+    batch = batch_summary(x, a, shift, summarizer)
     state, new = _update(state, batch, params, covariance_type, reg_covar, shift, step_offset, step_power)
-    return state, new, log_norm
+    return state, new, batch.loglik
+
+
+def make_summarizer(
+    batch_size: int, params: MixtureParams, compute_dtype: torch.dtype, device: torch.device
+) -> BatchSummarizer | None:
+    """The fused E-step of a fit's float32 mini-batches (None for float64, which keeps ``summarize``)."""
+    if compute_dtype != torch.float32:
+        return None
+    k, d = params.means.shape
+    return BatchSummarizer(batch_size, d, k, compute_dtype, device)
+
+
+def batch_summary(
+    x: Float[Tensor, "b d"], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"], summarizer: BatchSummarizer | None
+) -> Summary:
+    """The statistics of batch x: float32 through the fused E-step of ``_fused`` (the summarizer given, or one
+    for this batch; equal to ``summarize``'s to float32 round-off, with fewer operations and no buffer allocated
+    per step), float64 through ``summarize``, bitwise as before issue 14's fifth session."""
+    if a.dtype == torch.float32:
+        if summarizer is None:
+            summarizer = BatchSummarizer(x.shape[0], x.shape[1], a.shape[1], a.dtype, a.device)
+        return summarizer(x, a, shift)
+    return summarize(x, a, shift)[0]
 
 
 def _update(
@@ -100,6 +126,7 @@ def group_online_step(
     reg_covar: float,
     shift: Float[Tensor, " d"],
     compute_dtype: torch.dtype,
+    summarizer: BatchSummarizer | None = None,
 ) -> tuple[OnlineState, MixtureParams, float, int] | None:
     """One global step in a process group: x is this process's part of the global batch (possibly empty), the
     statistics of every part are summed by one all-reduce (which also carries a pending interrupt: every
@@ -108,7 +135,7 @@ def group_online_step(
     the global batch is empty (the streams of every process are exhausted: the epoch is over)."""
     k, d = params.means.shape
     if x.shape[0] > 0:
-        batch, _ = summarize(x, score_matrix(params, covariance_type, shift).to(compute_dtype), shift)
+        batch = batch_summary(x, score_matrix(params, covariance_type, shift).to(compute_dtype), shift, summarizer)
     else:
         batch = _distributed.zero_summary(k, d, params.means.device)
     batch, stop = _distributed.all_reduce_pass(batch, _interrupt.requested())
@@ -154,6 +181,7 @@ def fit_online_em(
     if resume is not None:
         params, online, pos, done = _from_snapshot(resume, generator)
     in_group = data.layout is not None  # a process group: one global step per mini-batch
+    summarizer = make_summarizer(batch_size, params, data.dtype, data.device)
 
     def snapshot() -> dict[str, Any]:
         return _snapshot(params, online, pos, done, generator)
@@ -174,13 +202,14 @@ def fit_online_em(
                             reg_covar=reg_covar,
                             shift=shift,
                             compute_dtype=data.dtype,
+                            summarizer=summarizer,
                         )
                         if step is None:
                             break
                         online, params, loglik, rows = step
                         pos.advance(loglik, rows)
                         continue
-                    online, params, log_norm = online_step(
+                    online, params, batch_loglik = online_step(
                         online,
                         x,
                         params,
@@ -188,8 +217,9 @@ def fit_online_em(
                         reg_covar=reg_covar,
                         shift=shift,
                         compute_dtype=data.dtype,
+                        summarizer=summarizer,
                     )
-                    pos.advance(float(log_norm.double().sum()), x.shape[0])
+                    pos.advance(float(batch_loglik), x.shape[0])
                     _interrupt.check()
                 usage = params.weights if pos.step > 0 else torch.zeros_like(params.weights)
                 mean, prev = pos.mean(), pos.prev
