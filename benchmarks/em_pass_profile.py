@@ -10,7 +10,7 @@ parameters, interleaving the repeats and reporting medians (a phase's time is th
 time each spent in it, so the phases add up to about the pass):
 
 - features: φ(x − shift)ᵀ in circulant order, (P, B) with P = D(D+1)/2 + D + 1 = 153, into a reused buffer;
-- E-step GEMM: Aᵀφᵀ, (K, B), 2·B·P·K flops;
+- E-step GEMM: Aᵀφᵀ, (K, B), 2·B·P·K flops (oneDNN's linear kernel where torch has it, as the library);
 - normalise: softmax and log-sum-exp over the K rows (``_stats.log_normalize``);
 - statistics GEMM: R φ, (K, P), 2·B·P·K flops, added to the float64 sums;
 - M-step: ``from_summaries`` (K Cholesky factorisations, once per pass).
@@ -47,11 +47,15 @@ def _worker_phases(sums: _fused._Sums, x: torch.Tensor, shift: torch.Tensor, t: 
         t0 = time.perf_counter()
         phi_t = ws.features(x[start : start + sums.rows], shift)
         t1 = time.perf_counter()
-        logp = torch.mm(sums.a_t, phi_t, out=ws._logp[: k * phi_t.shape[1]].view(k, -1))
+        if ws._linear is not None:  # the library's E-step GEMM: oneDNN's kernel where torch has it
+            logp = ws._linear(sums.a_t, phi_t.T)
+        else:
+            logp = torch.mm(sums.a_t, phi_t, out=ws._logp[: k * phi_t.shape[1]].view(k, -1))
         t2 = time.perf_counter()
         resp, log_norm = _stats.log_normalize(logp)
         t3 = time.perf_counter()
-        sums.s += torch.mm(resp, phi_t.T, out=ws.stats)
+        assert sums.s is not None
+        sums.s += ws.statistics(resp, phi_t)
         sums.loglik += log_norm.sum(dtype=torch.float64)
         t4 = time.perf_counter()
         for phase, sec in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
@@ -68,7 +72,7 @@ def _write_floor(x: torch.Tensor, workers: int) -> float:
             buf.fill_(1.0)
 
     t0 = time.perf_counter()
-    with _fused._one_thread_per_op(), ThreadPoolExecutor(workers) as pool:
+    with _fused._one_thread_per_op(), ThreadPoolExecutor(workers, initializer=_fused._one_thread) as pool:
         list(pool.map(fill, bufs))
     return time.perf_counter() - t0
 
@@ -80,7 +84,7 @@ def one_pass(x: torch.Tensor, a: torch.Tensor, shift: torch.Tensor, workers: int
     a_t = a[order].T.contiguous()
     sums = [_fused._Sums(_fused.SUB_CHUNK, a_t, d) for _ in range(workers)]
     per_worker = [dict.fromkeys(PHASES, 0.0) for _ in range(workers)]
-    with _fused._one_thread_per_op(), ThreadPoolExecutor(workers) as pool:
+    with _fused._one_thread_per_op(), ThreadPoolExecutor(workers, initializer=_fused._one_thread) as pool:
         for start in range(0, x.shape[0], CHUNK):
             batch = x[start : start + CHUNK]
             block = -(-batch.shape[0] // (workers * _fused.SUB_CHUNK)) * _fused.SUB_CHUNK
@@ -154,6 +158,7 @@ def main() -> None:
         "sub_chunk": _fused.SUB_CHUNK,
         "workers": args.threads,
         "threads": args.threads,
+        "e_step_gemm": "torch.mm (MKL)" if _fused._onednn_linear() is None else "oneDNN linear",
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
         "matmul_gflops_median": rate,
