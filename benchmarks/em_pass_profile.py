@@ -15,8 +15,9 @@ time each spent in it, so the phases add up to about the pass):
 - statistics GEMM: R φ, (K, P), 2·B·P·K flops, added to the float64 sums;
 - M-step: ``from_summaries`` (K Cholesky factorisations, once per pass).
 
-It also times the whole pass as the library runs it (``fused_pass_summary`` then the M-step), and the pass
-before the fused one (``_stats.summarize`` per batch, intra-op threads) on the same data. The floor of a phase
+It also times the whole pass as the library runs it (``fused_pass_summary`` then the M-step), the same pass with
+its E-step GEMM on ``torch.mm`` (as before issue 14's fifth session), and the pass before the fused one
+(``_stats.summarize`` per batch, intra-op threads) on the same data. The floor of a phase
 is the time its flops take at the matmul rate measured in the same run (best of 5 of a 2048³ float32 product,
 all threads); the two GEMMs are the only phases with O(N·P·K) flops, so the pass's floor is their sum. The
 write floor of the features is the time ``fill_`` takes to write the same φ buffers (each worker its own).
@@ -24,10 +25,12 @@ Writes benchmarks/results/em_pass_profile.json. Nothing here changes the library
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -77,6 +80,17 @@ def _write_floor(x: torch.Tensor, workers: int) -> float:
     return time.perf_counter() - t0
 
 
+@contextlib.contextmanager
+def _mm_e_step() -> Iterator[None]:
+    """The fused pass with its E-step GEMM on torch.mm instead of oneDNN's kernel, while the block runs."""
+    real = _fused._linear_for
+    _fused._linear_for = lambda dtype, device: None
+    try:
+        yield
+    finally:
+        _fused._linear_for = real
+
+
 def one_pass(x: torch.Tensor, a: torch.Tensor, shift: torch.Tensor, workers: int) -> dict[str, float]:
     """Seconds per phase of one fused pass over ``x`` (per worker), and the whole pass, old and new."""
     d = x.shape[1]
@@ -105,6 +119,12 @@ def one_pass(x: torch.Tensor, a: torch.Tensor, shift: torch.Tensor, workers: int
     assert total is not None
     _stats.from_summaries(total, shift.double(), 1e-6, "full", torch.float32)
     t["whole pass"] = time.perf_counter() - t0
+    t0 = time.perf_counter()  # the same pass with the E-step GEMM on torch.mm (MKL), as before issue 14's 5th session
+    with _mm_e_step():
+        total = _fused.fused_pass_summary((x[i : i + CHUNK] for i in range(0, x.shape[0], CHUNK)), a, shift)
+    assert total is not None
+    _stats.from_summaries(total, shift.double(), 1e-6, "full", torch.float32)
+    t["whole pass, E-step on torch.mm"] = time.perf_counter() - t0
     t0 = time.perf_counter()  # the pass before the fused one: summarize per batch, intra-op threads
     old: _stats.Summary | None = None
     for start in range(0, x.shape[0], CHUNK):
@@ -167,6 +187,7 @@ def main() -> None:
         "floor_seconds": {"pass (both GEMMs)": floor, **floors},
         "whole_pass_over_floor": med["whole pass"] / floor,
         "whole_pass_before_over_floor": med["whole pass before (summarize)"] / floor,
+        "whole_pass_e_step_mm_over_floor": med["whole pass, E-step on torch.mm"] / floor,
         "gemm_gflops": {phase: 2 * args.n * p * k / med[phase] / 1e9 for phase in floors},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
