@@ -15,7 +15,8 @@ cut to a handful of tensor operations on buffers allocated once per pass:
   is in cache (4096 rows: 2.4 MB in float32 at D = 16), with ``torch.mm(..., out=)`` into fixed buffers; in
   float32 on CPU the E-step GEMM is oneDNN's linear kernel instead (:func:`_onednn_linear`, the one torch's
   inductor compiles linear layers to): on this skinny shape (K = 16 rows, P = 153 inner, B = 4096 columns) it
-  ran 10-25% faster than MKL's and gave the same products (issue 14, fifth session);
+  ran 6-20% faster than MKL's (64-69 against 53-62 GFLOP/s on one thread) and gave the same products in every
+  check (issue 14, fifth session);
 - **normalisation** :func:`~implicit_em.mixture._stats.log_normalize` over the K rows (reductions along the
   contiguous B axis; its floor keeps subnormal responsibilities out of the statistics GEMM).
 - **threads.** On CPU the chunks of a batch are shared between Python threads, one per intra-op thread, each

@@ -77,26 +77,26 @@ def online_step(
 
 
 def make_summarizer(
-    batch_size: int, params: MixtureParams, compute_dtype: torch.dtype, device: torch.device
+    rows: int, n_features: int, n_components: int, compute_dtype: torch.dtype, device: torch.device
 ) -> BatchSummarizer | None:
-    """The fused E-step of a fit's float32 mini-batches (None for float64, which keeps ``summarize``)."""
+    """The fused E-step for float32 mini-batches of up to ``rows`` rows (equal to ``summarize``'s to float32
+    round-off, with fewer operations and no buffer allocated per step); None for float64, which keeps
+    ``summarize``, bitwise as before issue 14's fifth session."""
     if compute_dtype != torch.float32:
         return None
-    k, d = params.means.shape
-    return BatchSummarizer(batch_size, d, k, compute_dtype, device)
+    return BatchSummarizer(rows, n_features, n_components, compute_dtype, device)
 
 
 def batch_summary(
     x: Float[Tensor, "b d"], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"], summarizer: BatchSummarizer | None
 ) -> Summary:
-    """The statistics of batch x: float32 through the fused E-step of ``_fused`` (the summarizer given, or one
-    for this batch; equal to ``summarize``'s to float32 round-off, with fewer operations and no buffer allocated
-    per step), float64 through ``summarize``, bitwise as before issue 14's fifth session."""
-    if a.dtype == torch.float32:
-        if summarizer is None:
-            summarizer = BatchSummarizer(x.shape[0], x.shape[1], a.shape[1], a.dtype, a.device)
-        return summarizer(x, a, shift)
-    return summarize(x, a, shift)[0]
+    """The statistics of batch x under the score matrix a (P, K): through the fit's ``summarizer``, or one made
+    for this batch (:func:`make_summarizer`)."""
+    if summarizer is None:
+        summarizer = make_summarizer(x.shape[0], x.shape[1], a.shape[1], a.dtype, a.device)
+    if summarizer is None:
+        return summarize(x, a, shift)[0]
+    return summarizer(x, a, shift)
 
 
 def _update(
@@ -181,7 +181,8 @@ def fit_online_em(
     if resume is not None:
         params, online, pos, done = _from_snapshot(resume, generator)
     in_group = data.layout is not None  # a process group: one global step per mini-batch
-    summarizer = make_summarizer(batch_size, params, data.dtype, data.device)
+    k, d = params.means.shape
+    summarizer = make_summarizer(batch_size, d, k, data.dtype, data.device)  # one per fit: buffers reused
 
     def snapshot() -> dict[str, Any]:
         return _snapshot(params, online, pos, done, generator)
