@@ -44,16 +44,13 @@ PHASES = ("features", "E-step GEMM", "normalise", "statistics GEMM")
 
 
 def _worker_phases(sums: _fused._Sums, x: torch.Tensor, shift: torch.Tensor, t: dict[str, float]) -> None:
-    """``_fused._Sums.add`` with a timer between its operations (the same calls, in the same order)."""
-    ws, k = sums.ws, sums.a_t.shape[0]
-    for start in range(0, x.shape[0], sums.rows):
+    """``_fused._Workspace.add`` with a timer between its operations (the same calls, in the same order)."""
+    ws = sums.ws
+    for start in range(0, x.shape[0], ws.rows):
         t0 = time.perf_counter()
-        phi_t = ws.features(x[start : start + sums.rows], shift)
+        phi_t = ws.features(x[start : start + ws.rows], shift)
         t1 = time.perf_counter()
-        if ws._linear is not None:  # the library's E-step GEMM: oneDNN's kernel where torch has it
-            logp = ws._linear(sums.a_t, phi_t.T)
-        else:
-            logp = torch.mm(sums.a_t, phi_t, out=ws._logp[: k * phi_t.shape[1]].view(k, -1))
+        logp = ws.scores(phi_t, sums.a_t)  # the library's E-step GEMM (oneDNN's kernel where torch has it)
         t2 = time.perf_counter()
         resp, log_norm = _stats.log_normalize(logp)
         t3 = time.perf_counter()

@@ -133,13 +133,16 @@ class _Workspace:
             torch.mul(xt[: m // 2], xt[m // 2 : m], out=phi_t[full * m :])
         return phi_t
 
+    def scores(self, phi_t: Float[Tensor, "p b"], a_t: Float[Tensor, "k p"]) -> Float[Tensor, "k b"]:
+        """The E-step GEMM Aᵀφᵀ, log πₖ p(x_i | k) (K, B): oneDNN's kernel where :func:`_linear_for` gives it, else
+        ``torch.mm`` into the workspace (valid until the next call)."""
+        if self._linear is not None:
+            return self._linear(a_t, phi_t.T)
+        return torch.mm(a_t, phi_t, out=self._logp[: self.k * phi_t.shape[1]].view(self.k, -1))
+
     def responsibilities(self, phi_t: Float[Tensor, "p b"], a_t: Float[Tensor, "k p"]) -> tuple[Tensor, Tensor]:
         """r (K, B) and log p(x_i) (B,) from the E-step GEMM (:func:`~implicit_em.mixture._stats.log_normalize`)."""
-        if self._linear is not None:
-            logp = self._linear(a_t, phi_t.T)  # (K, B)
-        else:
-            logp = torch.mm(a_t, phi_t, out=self._logp[: self.k * phi_t.shape[1]].view(self.k, -1))  # (K, B)
-        return log_normalize(logp)
+        return log_normalize(self.scores(phi_t, a_t))
 
     def statistics(self, resp: Float[Tensor, "k b"], phi_t: Float[Tensor, "p b"]) -> Float[Tensor, "k p"]:
         """R φ (K, P) of one chunk in the compute dtype (valid until the next call). ``torch.mm``'s MKL: oneDNN's
@@ -198,7 +201,7 @@ class _Sums:
 
     def __init__(self, rows: int, a_t: Tensor, n_features: int, statistics: bool = True) -> None:
         k, p = a_t.shape
-        self.rows, self.a_t = rows, a_t
+        self.a_t = a_t
         self.ws = _Workspace(rows, n_features, k, a_t.dtype, a_t.device)
         self.s = torch.zeros(k, p, dtype=torch.float64, device=a_t.device) if statistics else None
         self.loglik = torch.zeros((), dtype=torch.float64, device=a_t.device)
