@@ -16,16 +16,31 @@ import time
 from pathlib import Path
 from typing import Any
 
-from implicit_em.experiments import EXPERIMENTS, run_audit
+from implicit_em.experiments import DECISIVE, EXPERIMENTS, run_audit
 
 
 def seed_table(runs: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per experiment: its verdict at each seed and whether every seed gave the same one."""
+    """One row per experiment: its verdict at each seed, and ``stability``: ``"stable"`` when every seed gave the
+    same decisive verdict (SUPPORTED, PARTIAL or REFUTED), ``"undecided"`` when any seed's testbed could not decide
+    (UNDECIDED: there is no verdict to be stable), ``"incomplete"`` when a seed did not run it or raised,
+    ``"flips"`` otherwise. ``stable`` is True only for the first."""
     rows = []
     for exp in EXPERIMENTS:
         verdicts = {s: state["experiments"].get(exp.name, {}).get("verdict", "missing") for s, state in runs.items()}
-        rows.append({"name": exp.name, "verdicts": verdicts, "stable": len(set(verdicts.values())) == 1})
+        values = set(verdicts.values())
+        if "missing" in values or "ERROR" in values:
+            stability = "incomplete"
+        elif "UNDECIDED" in values:
+            stability = "undecided"
+        elif len(values) == 1 and values <= set(DECISIVE):
+            stability = "stable"
+        else:
+            stability = "flips"
+        rows.append({"name": exp.name, "verdicts": verdicts, "stable": stability == "stable", "stability": stability})
     return rows
+
+
+_STABILITY_CELL = {"stable": "yes", "undecided": "undecided", "incomplete": "incomplete", "flips": "**no**"}
 
 
 def markdown(rows: list[dict[str, Any]], seeds: list[int]) -> str:
@@ -33,7 +48,7 @@ def markdown(rows: list[dict[str, Any]], seeds: list[int]) -> str:
     lines = [head, "|" + "---|" * (len(seeds) + 2)]
     for row in rows:
         cells = " | ".join(row["verdicts"][s] for s in seeds)
-        lines.append(f"| `{row['name']}` | {cells} | {'yes' if row['stable'] else '**no**'} |")
+        lines.append(f"| `{row['name']}` | {cells} | {_STABILITY_CELL[row['stability']]} |")
     return "\n".join(lines)
 
 
@@ -65,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     (out / "seed-table.json").write_text(json.dumps(record, indent=1))
     print(table)
-    return 0 if all(row["stable"] for row in rows) else 1
+    return (
+        0 if all(row["stability"] in ("stable", "undecided") for row in rows) else 1
+    )  # UNDECIDED is reported, not a flip
 
 
 if __name__ == "__main__":

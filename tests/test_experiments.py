@@ -15,6 +15,9 @@ from implicit_em.experiments import (
     Experiment,
     Result,
     criterion,
+    gate,
+    gated,
+    identity,
     select,
     theorem1,
 )
@@ -53,9 +56,33 @@ def test_criteria_are_recorded_in_the_result_as_json() -> None:
     res = Result("REFUTED", "s", {"x": 3.0}, [criterion("x", 3.0, "<=", 1.0), criterion("y", math.inf, ">", 0)])
     d = json.loads(json.dumps(res.to_dict()))
     assert d["criteria"] == [
-        {"metric": "x", "comparison": "<=", "threshold": 1.0, "measured": 3.0, "passed": False},
-        {"metric": "y", "comparison": ">", "threshold": 0.0, "measured": "inf", "passed": True},
+        {"metric": "x", "comparison": "<=", "threshold": 1.0, "measured": 3.0, "passed": False, "role": "test"},
+        {"metric": "y", "comparison": ">", "threshold": 0.0, "measured": "inf", "passed": True, "role": "test"},
     ]
+
+
+def test_a_failed_gate_makes_any_verdict_undecided_and_a_held_one_leaves_it() -> None:
+    held, failed = gate("tracks", 0.05, "<=", 0.1), gate("plateau", 0.2, "<=", 0.05)
+    assert (held.role, failed.role, held.passed, failed.passed) == ("gate", "gate", True, False)
+    tests = [criterion("ratio", 3.0, ">=", 2.0)]
+    for verdict in ("SUPPORTED", "PARTIAL", "REFUTED"):
+        assert gated(verdict, [held, *tests]) == verdict
+        assert gated(verdict, [held, failed, *tests]) == "UNDECIDED"
+    assert gated("REFUTED", [criterion("ratio", 0.0, ">=", 2.0)]) == "REFUTED"  # a failed test is not a gate
+    assert gated("ERROR", [failed]) == "ERROR"
+
+
+def test_a_failed_identity_is_a_bug_not_a_verdict() -> None:
+    holds, broken = identity("sum of r", 1e-17, "<=", 1e-12), identity("sum of grads", 0.3, "<=", 1e-12)
+    assert holds.role == "identity" and holds.passed and not broken.passed
+    assert gated("SUPPORTED", [holds]) == "SUPPORTED"
+    with pytest.raises(AssertionError, match="sum of grads"):
+        gated("SUPPORTED", [holds, broken])
+
+
+def test_criterion_rejects_an_unknown_role() -> None:
+    with pytest.raises(ValueError, match="role"):
+        criterion("m", 1.0, "<=", 1.0, role="hint")  # type: ignore[arg-type]
 
 
 def test_result_rejects_an_unknown_verdict_and_makes_json_safe() -> None:

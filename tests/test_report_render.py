@@ -145,3 +145,36 @@ def test_the_committed_full_audit_renders_every_verdict_and_criterion() -> None:
     labels = [r[0] for r in page.rows if len(r) == 3 and r[0] != "metric"]
     assert len(labels) == sum(len(e["metrics"]) for e in state["experiments"].values())
     assert not [x for x in labels if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", x)]
+
+
+def test_an_undecided_verdict_names_its_failed_gate_and_identities_are_not_counted(tmp_path: Path) -> None:
+    """UNDECIDED shows as its own badge with the gate that failed; identities are listed apart, outside the count."""
+    res = json.loads((run_folder(tmp_path) / "results.json").read_text())
+    res["experiments"]["open_set"]["verdict"] = "UNDECIDED"
+    res["experiments"]["open_set"]["criteria"] = [
+        {**res["experiments"]["open_set"]["criteria"][1], "role": "test"},
+        {
+            "metric": "arm A tracks",
+            "comparison": "<=",
+            "threshold": 0.1,
+            "measured": 0.3,
+            "passed": False,
+            "role": "gate",
+        },
+        {
+            "metric": "Σ r = 1",
+            "comparison": "<=",
+            "threshold": 1e-12,
+            "measured": 1e-17,
+            "passed": True,
+            "role": "identity",
+        },
+    ]
+    page = _parse(render(res, tmp_path / "run"))
+    text = "".join(page.text)
+    toc = [r for r in page.rows if len(r) == 5 and r[0] == "2"]
+    assert [(r[2], r[3]) for r in toc] == [("UNDECIDED", "1 / 2")]  # the identity is not a check
+    assert "Undecided: the gate “arm A tracks” did not hold" in text
+    assert ["gate arm A tracks", "0.3", "≤", "0.1", "✗"] in page.rows
+    assert ["Σ r = 1", "1e-17", "≤", "1e-12", "✓"] in page.rows
+    assert 'class="badge undecided"' in render(res, tmp_path / "run")

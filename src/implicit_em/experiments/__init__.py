@@ -28,14 +28,20 @@ from implicit_em.experiments import (
     volume_collapse,
 )
 from implicit_em.experiments._base import (
+    DECISIVE,
+    ROLES,
     VERDICTS,
     Context,
     Criterion,
     Experiment,
     ExperimentConfig,
     Result,
+    Role,
     Verdict,
     criterion,
+    gate,
+    gated,
+    identity,
 )
 from implicit_em.experiments.runner import run_audit, select
 
@@ -63,15 +69,21 @@ EXPERIMENTS: list[Experiment[Any]] = [
 ]
 
 __all__ = [
+    "DECISIVE",
     "EXPERIMENTS",
+    "ROLES",
     "VERDICTS",
     "Context",
     "Criterion",
     "Experiment",
     "ExperimentConfig",
     "Result",
+    "Role",
     "Verdict",
     "criterion",
+    "gate",
+    "gated",
+    "identity",
     "run_audit",
     "select",
 ]

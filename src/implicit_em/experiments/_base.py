@@ -8,7 +8,15 @@ comparison, threshold, measured, passed) made by :func:`criterion`, and is one o
 
 - ``SUPPORTED``: the numbers meet the claim as written;
 - ``PARTIAL``: a weaker reading holds, the claim as written does not (the summary says which is which);
-- ``REFUTED``: the numbers contradict the claim as written.
+- ``REFUTED``: the numbers contradict the claim as written;
+- ``UNDECIDED``: the testbed could not decide: a *gate* failed (the deciding arm does not track the posterior, or
+  has not plateaued), so no reading of the claim, weak or strong, is made. It is not PARTIAL: PARTIAL says a weaker
+  reading holds, UNDECIDED says nothing about the claim, only about the setting.
+
+Each criterion has a ``role``: ``"test"`` (it reads the claim, or a control that could make the reading fail),
+``"gate"`` (the testbed can decide: tracking, plateau; a failed gate makes the verdict UNDECIDED, see
+:func:`gated`), or ``"identity"`` (an analytic check that cannot fail on correct code, such as softmax gradients
+summing to zero: reported and checked, but not counted as empirical support; made by :func:`identity`).
 
 An experiment that raises is recorded as ``ERROR`` with its traceback, never as a verdict.
 """
@@ -24,8 +32,12 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from implicit_em._runio import torch_threads as torch_threads  # re-exported: the experiments import it from here
 
-Verdict = Literal["SUPPORTED", "PARTIAL", "REFUTED", "ERROR"]
-VERDICTS: tuple[Verdict, ...] = ("SUPPORTED", "PARTIAL", "REFUTED", "ERROR")
+Verdict = Literal["SUPPORTED", "PARTIAL", "REFUTED", "UNDECIDED", "ERROR"]
+VERDICTS: tuple[Verdict, ...] = ("SUPPORTED", "PARTIAL", "REFUTED", "UNDECIDED", "ERROR")
+DECISIVE: tuple[Verdict, ...] = ("SUPPORTED", "PARTIAL", "REFUTED")  # the verdicts that say something of the claim
+
+Role = Literal["test", "gate", "identity"]
+ROLES: tuple[Role, ...] = ("test", "gate", "identity")
 
 Comparison = Literal["<=", ">=", "<", ">", "=="]
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
@@ -56,7 +68,7 @@ class ExperimentConfig(Protocol):
 class Criterion:
     """One comparison a verdict rests on: ``measured <comparison> threshold`` and whether it held.
 
-    A NaN measurement fails every comparison.
+    A NaN measurement fails every comparison. ``role`` says what the verdict does with it (module docstring).
     """
 
     metric: str
@@ -64,14 +76,48 @@ class Criterion:
     threshold: float
     measured: float
     passed: bool
+    role: Role = "test"
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
 
 
-def criterion(metric: str, measured: float, comparison: Comparison, threshold: float) -> Criterion:
+def criterion(
+    metric: str, measured: float, comparison: Comparison, threshold: float, *, role: Role = "test"
+) -> Criterion:
     """Evaluate ``measured <comparison> threshold`` (e.g. ``criterion("residual", r, "<=", 1e-10)``)."""
     if comparison not in _COMPARE:
         raise ValueError(f"comparison must be one of {tuple(_COMPARE)}, got {comparison!r}")
     measured, threshold = float(measured), float(threshold)
-    return Criterion(metric, comparison, threshold, measured, bool(_COMPARE[comparison](measured, threshold)))
+    return Criterion(metric, comparison, threshold, measured, bool(_COMPARE[comparison](measured, threshold)), role)
+
+
+def gate(metric: str, measured: float, comparison: Comparison, threshold: float) -> Criterion:
+    """A criterion that says whether the testbed can decide (tracking, plateau); see :func:`gated`."""
+    return criterion(metric, measured, comparison, threshold, role="gate")
+
+
+def identity(metric: str, measured: float, comparison: Comparison, threshold: float) -> Criterion:
+    """An analytic check that holds on correct code whatever the data: reported, not counted as evidence.
+
+    It still fails loudly when it does not hold (a bug), but a verdict must not rest on it.
+    """
+    return criterion(metric, measured, comparison, threshold, role="identity")
+
+
+def gated(verdict: Verdict, criteria: list[Criterion]) -> Verdict:
+    """``verdict`` if every gate among ``criteria`` held, else ``UNDECIDED``.
+
+    A failed identity is a bug, not a finding, and raises :class:`AssertionError` naming it, so a broken analytic
+    check can never pass as a verdict. ``ERROR`` passes through unchanged.
+    """
+    broken = [c.metric for c in criteria if c.role == "identity" and not c.passed]
+    if broken:
+        raise AssertionError(f"analytic identities failed (a bug, not a finding): {', '.join(broken)}")
+    if verdict == "ERROR":
+        return verdict
+    return verdict if all(c.passed for c in criteria if c.role == "gate") else "UNDECIDED"
 
 
 @dataclass(frozen=True)

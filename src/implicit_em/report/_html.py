@@ -95,7 +95,8 @@ def _header(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def _criteria(name: str, criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each criterion as "measured ≤ threshold" with whether it held, its metric keys read as words."""
+    """Each criterion as "measured ≤ threshold" with whether it held, its metric keys read as words, and its role
+    (``test``, ``gate`` or ``identity``; records written before roles existed read as tests)."""
     return [
         {
             "metric": criterion_label(name, str(c.get("metric", ""))),
@@ -103,6 +104,7 @@ def _criteria(name: str, criteria: list[dict[str, Any]]) -> list[dict[str, Any]]
             "comparison": _SYMBOL.get(str(c.get("comparison")), str(c.get("comparison"))),
             "threshold": _fmt(c.get("threshold")),
             "passed": bool(c.get("passed")),
+            "role": str(c.get("role", "test")),
         }
         for c in criteria
     ]
@@ -174,7 +176,8 @@ def _figure(run_dir: Path, rel: str, experiment: str) -> dict[str, Any]:
 
 
 def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    criteria = _criteria(str(e["name"]), e.get("criteria", []))
+    every = _criteria(str(e["name"]), e.get("criteria", []))
+    criteria = [c for c in every if c["role"] != "identity"]  # what the verdict reads: tests and gates
     return {
         "name": e["name"],
         "anchor": _anchor(e["name"]),
@@ -185,7 +188,9 @@ def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> di
         "summary": e.get("summary", ""),
         "seconds": float(e.get("seconds", 0.0)),
         "criteria": criteria,
+        "identities": [c for c in every if c["role"] == "identity"],
         "passed": sum(c["passed"] for c in criteria),
+        "gates_failed": [c["metric"] for c in criteria if c["role"] == "gate" and not c["passed"]],
         "metrics": _metrics(e["name"], e.get("metrics", {})),
         "thresholds": [(k, _fmt(v)) for k, v in e.get("thresholds", {}).items()],  # before criteria existed
         "config": [(k, _fmt(v)) for k, v in e.get("config", {}).items()],
