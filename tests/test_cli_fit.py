@@ -203,6 +203,11 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     model = _reference(x, 2)
     model.save(tmp / "model.npz")
     (tmp / "not-a-model.npz").write_bytes(b"PK\x03\x04 broken")
+    (tmp / "dir model.npz").mkdir()
+    np.save(tmp / "three.npy", x[:3])
+    with_nan = x.copy()
+    with_nan[17, 1] = np.nan
+    np.save(tmp / "nan.npy", with_nan)
     fit = ["fit", "--n-components", "2"]
     return {
         "missing file": ([*fit, str(tmp / "nope.csv")], "no such file"),
@@ -231,6 +236,12 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "not a model": (["predict", str(tmp / "not-a-model.npz"), str(good)], "not-a-model.npz is not a readable"),
         "missing model": (["predict", str(tmp / "none.npz"), str(good)], "no model file"),
         "bad predict out": (["predict", str(tmp / "model.npz"), str(good), "--out", str(tmp / "p.txt")], ".npy or"),
+        "out is a directory": ([*fit, str(good), "--out", str(tmp / "dir model.npz")], "model.npz: is a directory"),
+        "k-range beyond the rows": (
+            ["fit", "--n-components", "auto", str(tmp / "three.npy"), "--k-range", "1:5"],
+            "use --k-range 1:3 or less",
+        ),
+        "nan in predict": (["predict", str(tmp / "model.npz"), str(tmp / "nan.npy")], "row 18, column 2 is nan"),
     }
 
 
@@ -260,6 +271,9 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "not a model",
         "missing model",
         "bad predict out",
+        "out is a directory",
+        "k-range beyond the rows",
+        "nan in predict",
     ],
 )
 def test_a_bad_input_is_one_line_and_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
@@ -290,3 +304,78 @@ def test_the_console_command_prints_no_traceback(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip() == f"implicit-em fit: error: {tmp_path / 'missing.npy'}: no such file"
+
+
+def test_an_out_that_is_a_directory_is_refused_before_the_fit_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old code fitted first, then failed to rename onto the directory and left ``dir model.npz.tmp``."""
+    good = _write_csv(tmp_path / "good.csv", _blobs(30), None)
+    (tmp_path / "dir model.npz").mkdir()
+    fitted: list[int] = []
+    monkeypatch.setattr(GaussianMixture, "fit", lambda self, x, y=None: fitted.append(1) or self)
+    assert main(["fit", str(good), "--n-components", "2", "--out", str(tmp_path / "dir model.npz")]) == 2
+    assert fitted == [] and "is a directory" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir model.npz", "good.csv"]
+
+
+def test_a_failed_atomic_write_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from implicit_em import _runio
+
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        _runio.write_bytes_atomic(tmp_path / "taken", b"x")
+
+    def refuse(src: Any, dst: Any) -> None:
+        raise PermissionError(f"cannot move onto {dst}")
+
+    monkeypatch.setattr(_runio.os, "replace", refuse)
+    with pytest.raises(PermissionError, match="cannot move"):
+        _runio.write_bytes_atomic(tmp_path / "m.npz", b"x")  # the error reaches the caller ...
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # ... and m.npz.tmp is gone
+
+
+def test_auto_on_fewer_rows_than_its_default_range_fits_what_the_rows_allow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The old code refused 3 rows with "too few for 10 components"; auto's default range now shrinks, and says so."""
+    np.save(tmp_path / "three.npy", _blobs(3))
+    report = _run_json(capsys, str(tmp_path / "three.npy"), "--n-components", "auto")
+    assert sorted(report["bic_by_k"]) == ["1", "2", "3"]
+
+
+def test_the_start_up_table_of_batch_sizes_equals_the_registry() -> None:
+    from implicit_em.mixture._fitting import REGISTRY
+    from implicit_em.mixture._io import SUFFIXES
+
+    assert _cli_fit.DEFAULT_BATCH_SIZES == {name: f.default_batch_size for name, f in REGISTRY.items()}
+    assert set(SUFFIXES) == {".npz", ".safetensors"}  # what _check_model_path accepts without importing _io
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["fit", "--help"],
+        ["fit", "missing.npy", "--n-components", "2"],
+        ["audit", "--only", ""],
+        ["predict", "--help"],
+        ["probe", "--help"],
+        ["report", "--help"],
+    ],
+)
+def test_help_and_usage_errors_import_neither_torch_nor_the_mixture(tmp_path: Path, args: list[str]) -> None:
+    """Start-up: argument parsing and input checks come before the numerical imports (on the old code every
+    command imported torch, transformers' probes and the mixture package first: 2-7 s before ``--help``)."""
+    code = (
+        "import sys\n"
+        "from implicit_em.cli import main\n"
+        "try:\n"
+        f"    main({args!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'implicit_em.mixture', 'sklearn') if m in sys.modules)\n"
+        "print('heavy:', heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert "heavy: []" in done.stdout, done.stdout + done.stderr

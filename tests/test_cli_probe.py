@@ -99,6 +99,18 @@ def test_bad_paths_give_one_line_and_status_2(
     assert err.startswith("implicit-em probe: error:") and message in err and "Traceback" not in err
 
 
+def test_a_truncated_safetensors_file_is_one_line_and_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The old code let safetensors' SafetensorError through: a 29-line traceback and status 1 (a law failed)."""
+    transformers.GPT2LMHeadModel(_gpt2_config()).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    status, out, err = _probe(capsys, str(tmp_path))
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"implicit-em probe: error: cannot load the model from {tmp_path}: SafetensorError")
+
+
 def test_a_folder_without_weights_says_how_to_use_the_config(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

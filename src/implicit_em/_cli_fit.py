@@ -17,6 +17,7 @@ import argparse
 import io
 import json
 import math
+import os
 import sys
 import time
 import warnings
@@ -95,24 +96,17 @@ def _k_range(text: str) -> range:
 
 
 def _fit(args: argparse.Namespace, prog: str) -> int:
-    from implicit_em.mixture import GaussianMixture
-    from implicit_em.mixture._fitting import REGISTRY
-
+    # Everything the user can get wrong is checked before the mixture package (and torch) is imported.
     if args.k_range is not None and args.n_components != "auto":
         raise ValueError("--k-range chooses K for --n-components auto; with a fixed K leave it out")
     if args.out is not None:
         _check_model_path(Path(args.out))
-    ks = (
-        (args.k_range or range(1, 11))
-        if args.n_components == "auto"
-        else range(args.n_components, args.n_components + 1)
-    )
-    batch_rows = args.batch_size or REGISTRY[args.fitter].default_batch_size
+    batch_rows = args.batch_size or _default_batch_size(args.fitter)
     data = read_data(args.data, batch_rows, seed=args.seed if args.fitter != "em" else None)
-    if data.n_samples < max(2, ks[-1]):
-        raise DataError(
-            f"{data.path}: {data.n_samples} rows, too few for {ks[-1]} components (at least {max(2, ks[-1])} needed)"
-        )
+    ks = _components(args, data, prog)
+
+    from implicit_em.mixture import GaussianMixture
+
     show = not args.quiet and _stderr_is_terminal()
     x: Any = data.rows
     results: list[dict[str, Any]] = []
@@ -164,6 +158,46 @@ def _fit(args: argparse.Namespace, prog: str) -> int:
     return 0
 
 
+def _default_batch_size(fitter: str) -> int:
+    """The fitter's default rows per batch, without importing the mixture package (which imports torch): the
+    registry's value, read from a table kept equal to it (``tests/test_cli_fit.py`` checks that)."""
+    return DEFAULT_BATCH_SIZES[fitter]
+
+
+#: ``REGISTRY[fitter].default_batch_size`` of :mod:`implicit_em.mixture._fitting`, for the start-up path.
+DEFAULT_BATCH_SIZES: dict[str, int] = {"em": 16_384, "online_em": 4096, "gd": 8192}
+
+
+def _components(args: argparse.Namespace, data: Data, prog: str) -> range:
+    """The K to fit: the one given, or ``--n-components auto``'s range. auto's default range 1..10 shrinks to the
+    rows there are (with a note); an explicit ``--k-range`` or K beyond them is an error naming the way out."""
+    if data.n_samples < 2:
+        raise DataError(f"{data.path}: {data.n_samples} row, too few to fit a mixture (at least 2 needed)")
+    if args.n_components != "auto":
+        k = int(args.n_components)
+        if data.n_samples < k:
+            raise DataError(
+                f"{data.path}: {data.n_samples} rows, too few for {k} components (at least {k} needed); "
+                f"lower --n-components"
+            )
+        return range(k, k + 1)
+    if args.k_range is not None:
+        if data.n_samples < args.k_range[-1]:
+            raise DataError(
+                f"{data.path}: {data.n_samples} rows, too few for --k-range up to {args.k_range[-1]} components; "
+                f"use --k-range 1:{data.n_samples} or less"
+            )
+        return args.k_range
+    high = min(10, data.n_samples)
+    if high < 10:
+        print(
+            f"{prog}: note: {data.n_samples} rows: auto tries K = 1 to {high} (one component per row at most; "
+            "--k-range A:B to choose)",
+            file=sys.stderr,
+        )
+    return range(1, high + 1)
+
+
 def _statistics(model: Any, data: Data) -> dict[str, float]:
     """Mean log-likelihood per sample, BIC and AIC of ``model`` on ``data``, from one pass of row batches."""
     total = math.fsum(float(model.score_samples(batch).sum(dtype=np.float64)) for batch in data.batches(_ROWS))
@@ -210,12 +244,16 @@ def _stderr_is_terminal() -> bool:
 
 
 def _check_model_path(path: Path) -> None:
-    from implicit_em.mixture._io import SUFFIXES
-
-    if path.suffix.lower() not in SUFFIXES:
+    """Refuse, before any fitting, a ``--out`` that could not be written: a wrong suffix, a directory of that
+    name, a missing or read-only folder."""
+    if path.suffix.lower() not in (".npz", ".safetensors"):  # mixture._io.SUFFIXES (the test checks they agree)
         raise ValueError(f"--out {path}: a model file name ends in .npz or .safetensors")
+    if path.is_dir():
+        raise ValueError(f"--out {path}: is a directory; give the model file's name inside it")
     if not path.parent.is_dir():
         raise ValueError(f"--out {path}: the directory {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK):
+        raise ValueError(f"--out {path}: the directory {path.parent} is not writable")
 
 
 # -- predict -------------------------------------------------------------------------------------------------
@@ -234,7 +272,7 @@ def _predict(args: argparse.Namespace) -> int:
             f"{data.path} has {data.n_features} features, but the model {args.model} expects {model.n_features_in_}"
         )
     method = model.predict_proba if args.proba else model.predict
-    parts = (method(batch) for batch in data.batches(_ROWS))
+    parts = (method(batch) for batch in _finite_batches(data))
     if out is None:
         for part in parts:
             sys.stdout.write("".join(_line(row) for row in part))
@@ -242,6 +280,25 @@ def _predict(args: argparse.Namespace) -> int:
     result = np.concatenate(list(parts))
     _write_result(out, result, model.n_components)
     return 0
+
+
+def _finite_batches(data: Data) -> Iterator[Any]:
+    """``data``'s batches in file order; a NaN or inf raises :class:`DataError` naming its row and column (row 1 is
+    the first data row; a text file's line numbers are given by the reader)."""
+    import numpy as np
+
+    start = 0
+    for batch in data.batches(_ROWS):
+        bad = ~np.isfinite(batch)
+        if bad.any():
+            row, col = (int(i) for i in np.argwhere(bad)[0])
+            value = batch[row, col]
+            raise DataError(
+                f"{data.path}: row {start + row + 1}, column {col + 1} is {float(value)}; predict needs finite values "
+                "(remove or impute that row)"
+            )
+        start += len(batch)
+        yield batch
 
 
 def _line(row: Any) -> str:

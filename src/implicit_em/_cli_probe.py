@@ -17,16 +17,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from implicit_em._cli_args import positive_int, seed
 
+if TYPE_CHECKING:  # torch is imported when the probe runs, not when the command line is parsed
+    import torch
+    from torch import Tensor
+
 __all__ = ["add_parser", "run"]
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_DTYPES = ("float32", "float64")
 _LAWS = ("routing_law", "value_law", "hopfield")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model")
 
@@ -48,15 +49,17 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     source.add_argument("--text", default=None, help="input text, tokenized by the folder's tokenizer")
     source.add_argument("--tokens", type=positive_int, default=None, help="N random token ids (default 16)")
     parser.add_argument("--seed", type=seed, default=0, help="seed of the random weights and inputs (default 0)")
-    parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float64", help="compute dtype (default float64)")
+    parser.add_argument("--dtype", choices=_DTYPES, default="float64", help="compute dtype (default float64)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``probe`` subcommand; returns the exit status."""
+    import torch
+
     try:
-        result = probe_model(Path(args.model), args.text, args.tokens, args.seed, _DTYPES[args.dtype])
+        result = probe_model(Path(args.model), args.text, args.tokens, args.seed, getattr(torch, args.dtype))
     except ProbeInputError as err:
         print(f"implicit-em probe: error: {err}", file=sys.stderr)
         return 2
@@ -64,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result["passed"] else 1
 
 
-def probe_model(path: Path, text: str | None, tokens: int | None, seed: int, dtype: torch.dtype) -> dict[str, Any]:
+def probe_model(path: Path, text: str | None, tokens: int | None, seed: int, dtype: "torch.dtype") -> dict[str, Any]:
     """Load, run under the probe and summarise; raises :class:`ProbeInputError` for input the user can fix."""
+    import torch
+
     try:
         import transformers
     except ImportError:
@@ -149,13 +154,19 @@ def _is_causal_lm(config: Any) -> bool:
 
 
 def _load_model(transformers: Any, config: Any, folder: Path | None) -> Any:
+    """The model from its config (random weights) or from the folder's weights. Any failure to read the user's
+    files is input the user can fix: a truncated or corrupt ``model.safetensors`` raises safetensors' own
+    ``SafetensorError`` (not an OSError), a mismatched checkpoint a RuntimeError; each becomes one line and exit 2.
+    KeyboardInterrupt is not an Exception and still reaches the caller."""
     auto = transformers.AutoModelForCausalLM if _is_causal_lm(config) else transformers.AutoModel
     try:
         if folder is None:
             return auto.from_config(config)
         return auto.from_pretrained(folder, config=config, local_files_only=True)
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
-        raise ProbeInputError(f"cannot build the model: {err}".splitlines()[0]) from None
+    except Exception as err:  # every loader error is the file's problem, reported in one line
+        what = "build the model" if folder is None else f"load the model from {folder}"
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ProbeInputError(f"cannot {what}: {type(err).__name__}: {first}") from None
 
 
 def _inputs(
@@ -165,9 +176,11 @@ def _inputs(
     text: str | None,
     tokens: int | None,
     seed: int,
-    dtype: torch.dtype,
+    dtype: "torch.dtype",
 ) -> dict[str, Any]:
     """The forward's keyword arguments, plus ``_describe`` (a line for the report)."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     if getattr(config, "image_size", None) is not None and getattr(config, "num_channels", None) is not None:
         if text is not None:
@@ -215,8 +228,10 @@ def _max_positions(config: Any) -> int | None:
     return None
 
 
-def _loss(model: Any, inputs: dict[str, Any]) -> Tensor:
+def _loss(model: Any, inputs: dict[str, Any]) -> "Tensor":
     """The causal LM's next-token loss, in the model's dtype; otherwise sum(sin(h) * w) on the last hidden state."""
+    import torch
+
     args = {k: v for k, v in inputs.items() if not k.startswith("_")}
     output = model(**args)
     logits = getattr(output, "logits", None)

@@ -65,21 +65,35 @@ def _open_fresh(tmp: Path, binary: bool = False) -> IO[Any]:
     return os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
 
 
+@contextmanager
+def _staged(path: Path, binary: bool = False) -> Iterator[IO[Any]]:
+    """A fresh temporary file next to ``path``, moved onto ``path`` with :func:`os.replace` when the block ends.
+
+    ``path`` being a directory is refused before anything is written, and if writing or the move fails the
+    temporary file is removed, so a failed write leaves nothing behind (the error still reaches the caller)."""
+    if path.is_dir() and not path.is_symlink():
+        raise IsADirectoryError(f"{path} is a directory, not a file name")
+    tmp = _tmp_path(path)
+    try:
+        with _open_fresh(tmp, binary=binary) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file and :func:`os.replace`. A symlink at ``path`` is
     replaced by the file, not followed, so a run folder from elsewhere cannot point a write outside itself."""
-    tmp = _tmp_path(path)
-    with _open_fresh(tmp) as f:
+    with _staged(path) as f:
         f.write(text)
-    os.replace(tmp, path)
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and :func:`os.replace`, as :func:`write_text_atomic`."""
-    tmp = _tmp_path(path)
-    with _open_fresh(tmp, binary=True) as f:
+    with _staged(path, binary=True) as f:
         f.write(data)
-    os.replace(tmp, path)
 
 
 def write_json_atomic(obj: Any, path: Path, indent: int = 2) -> None:
@@ -89,10 +103,8 @@ def write_json_atomic(obj: Any, path: Path, indent: int = 2) -> None:
 
 def save_torch_atomic(obj: Any, path: Path) -> None:
     """:func:`torch.save` to a temporary file, then :func:`os.replace` onto ``path``."""
-    tmp = _tmp_path(path)
-    with _open_fresh(tmp, binary=True) as f:
+    with _staged(path, binary=True) as f:
         torch.save(obj, f)
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------- environment
