@@ -379,3 +379,42 @@ def test_help_and_usage_errors_import_neither_torch_nor_the_mixture(tmp_path: Pa
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert "heavy: []" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_fit_options_reach_the_estimator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--tol, --reg-covar, --n-init and --split-merge are the estimator's; the numbers equal the library's fit."""
+    x = _blobs(240)
+    path = _write_csv(tmp_path / "x.csv", x, None)
+    options = {"tol": 1e-5, "reg_covar": 1e-2, "n_init": 2, "split_merge": 0}
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
+    report = _run_json(capsys, str(path), "--n-components", "3", *flags)
+    reference = _reference(x, 3, **options)
+    assert report["log_likelihood"] == pytest.approx(reference.score(x), rel=1e-12)
+    assert report["n_iter"] == reference.n_iter_ and report["split_merge_accepted"] == 0
+    default = _run_json(capsys, str(path), "--n-components", "3")
+    assert default["log_likelihood"] != report["log_likelihood"]  # the options changed the fit
+
+
+def test_the_text_output_says_what_split_and_merge_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write_csv(tmp_path / "x.csv", _blobs(240), None)
+    assert main(["fit", str(path), "--n-components", "3"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("split-and-merge"))
+    assert "moves accepted" in line and "EM iterations in trials" in line
+    assert main(["fit", str(path), "--n-components", "3", "--split-merge", "0"]) == 0
+    assert "split-and-merge          off (--split-merge 0)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["--tol=-1", "--reg-covar=nan", "--split-merge=-2", "--n-init=0"])
+def test_bad_fit_options_are_argparse_errors(tmp_path: Path, bad: str) -> None:
+    path = _write_csv(tmp_path / "x.csv", _blobs(30), None)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", str(path), "--n-components", "2", bad])
+    assert exit_info.value.code == 2
+
+
+def test_small_data_fits_on_one_thread_unless_told(tmp_path: Path) -> None:
+    small = _cli_data.read_data(_write_csv(tmp_path / "x.csv", _blobs(30), None))
+    assert _cli_fit._threads(None, small) == 1
+    assert _cli_fit._threads(3, small) == 3
+    big = _cli_data.Data(tmp_path / "big.npy", np.empty((_cli_fit.SMALL_DATA_VALUES // 4 + 1, 4)))
+    assert _cli_fit._threads(None, big) is None
