@@ -178,3 +178,21 @@ def test_an_undecided_verdict_names_its_failed_gate_and_identities_are_not_count
     assert ["gate arm A tracks", "0.3", "≤", "0.1", "✗"] in page.rows
     assert ["Σ r = 1", "1e-17", "≤", "1e-12", "✓"] in page.rows
     assert 'class="badge undecided"' in render(res, tmp_path / "run")
+
+
+def test_an_incomplete_run_says_so_and_names_what_is_missing(tmp_path: Path) -> None:
+    res = json.loads((run_folder(tmp_path) / "results.json").read_text())
+    res["registry"] = ["theorem1", "gd_vs_em_step", "open_set", "two_timescale"]
+    text = " ".join("".join(_parse(render(res, tmp_path / "run")).text).split())
+    assert "Incomplete run: 2 of 4 experiments. Not in this run: gd_vs_em_step, two_timescale" in text
+    res["registry"] = ["theorem1", "open_set"]
+    assert "Incomplete run" not in "".join(_parse(render(res, tmp_path / "run")).text)
+
+
+def test_a_refuted_verdict_that_passed_every_check_explains_why(tmp_path: Path) -> None:
+    res = json.loads((run_folder(tmp_path) / "results.json").read_text())
+    note = "Every check passed and the verdict is REFUTED"
+    assert note not in render(res, tmp_path / "run")  # open_set failed one of its checks
+    for c in res["experiments"]["open_set"]["criteria"]:
+        c["passed"] = True
+    assert note in render(res, tmp_path / "run")

@@ -261,10 +261,12 @@ def _run(
     force: bool,
     progress: bool,
 ) -> dict[str, Any]:
+    from implicit_em.experiments import EXPERIMENTS
     from implicit_em.report import write_report
 
     state["provenance"] = _provenance_now()
     state["environment"] = _environment()
+    state["registry"] = [e.name for e in EXPERIMENTS]  # the whole audit: the report says when a run holds less
     versions = {k: state["environment"].get(k) for k in _VERSION_KEYS}
     ctx = Context(out)
     current = ""

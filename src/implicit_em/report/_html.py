@@ -223,12 +223,16 @@ def render(results: dict[str, Any], run_dir: Path) -> str:
     run_dir = Path(run_dir)
     exps = [_experiment(e, results, run_dir) for e in results.get("experiments", {}).values()]
     counts = [(v, sum(e["verdict"] == v for e in exps)) for v in VERDICTS]
+    registry = results.get("registry")
+    missing = [n for n in registry if n not in results.get("experiments", {})] if isinstance(registry, list) else []
     return (
         _templates()
         .get_template("report.html.j2")
         .render(
             header=_header(results),
             experiments=exps,
+            missing=missing,
+            n_registry=len(registry) if isinstance(registry, list) else len(exps),
             counts=[(v, n) for v, n in counts if n],
             environment=[(k, _fmt(v)) for k, v in results.get("environment", {}).items()],
         )
