@@ -129,3 +129,27 @@ def test_bad_options_are_argparse_errors(tmp_path: Path, capsys: pytest.CaptureF
     with pytest.raises(SystemExit) as exit_:
         main(["probe", str(tmp_path), "--dtype", "float16"])
     assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_the_table_gives_units_the_loss_and_flags_random_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.json"
+    _gpt2_config().to_json_file(config)
+    status, out, _ = _probe(capsys, str(config))
+    assert status == 0
+    assert "loss backpropagated: next-token cross-entropy" in out
+    assert "max |autograd - law| / scale" in out and "entropy in nats" in out
+    assert "note: random weights" in out
+    status, out, _ = _probe(capsys, str(config), "--json")
+    result = json.loads(out)
+    assert result["loss"].startswith("next-token") and isinstance(result["same_numbers_everywhere"], bool)
+
+
+def test_identical_numbers_at_every_site_are_flagged() -> None:
+    from implicit_em._cli_probe import _same_numbers_everywhere
+
+    row = {"entropy": 1.917, "max_responsibility": 0.212}
+    assert _same_numbers_everywhere([row, dict(row), dict(row)])
+    assert not _same_numbers_everywhere([row, {**row, "entropy": 1.5}])
+    assert not _same_numbers_everywhere([row])  # one site: nothing to compare

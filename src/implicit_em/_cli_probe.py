@@ -111,8 +111,25 @@ def probe_model(path: Path, text: str | None, tokens: int | None, seed: int, dty
         "tolerance": verdict.tolerance,
         "factor": verdict.factor,
         "passed": verdict.passed,
+        "loss": _loss_name(model, inputs),
         "sites": sites,
+        "same_numbers_everywhere": _same_numbers_everywhere(sites),
     }
+
+
+def _loss_name(model: Any, inputs: dict[str, Any]) -> str:
+    """What :func:`_loss` backpropagates, in words (the laws hold for any loss; the numbers depend on it)."""
+    causal = "input_ids" in inputs and not getattr(model.config, "is_encoder_decoder", False)
+    if causal and _is_causal_lm(model.config):
+        return "next-token cross-entropy, mean over the input's positions"
+    return "sum(sin(h) * w), h the last hidden state, w a fixed ramp from -1 to 1 (the model has no LM head here)"
+
+
+def _same_numbers_everywhere(sites: list[dict[str, Any]]) -> bool:
+    """Whether every site (of two or more) shows the same entropy and max r to 6 digits: what random weights
+    whose layers are initialised alike look like; a trained model's layers differ."""
+    stats = {(round(r["entropy"], 6), round(r["max_responsibility"], 6)) for r in sites if r["entropy"] is not None}
+    return len(sites) > 1 and len(stats) == 1
 
 
 def _load_config(path: Path) -> tuple[Any, Path, bool]:
@@ -247,18 +264,27 @@ def _table(result: dict[str, Any]) -> str:
     mark = {True: "pass", False: "FAIL"}
     lines = [
         f"{result['model']}: {result['class']}, weights {result['weights']}",
-        f"input: {result['input']}; dtype {result['dtype']}; a law passes when residual / scale <= "
+        f"input: {result['input']}; dtype {result['dtype']}; loss backpropagated: {result['loss']}",
+        f"law columns: max |autograd - law| / scale (the law's own bound, docs/probes.md); passes when <= "
         f"{result['tolerance']:.1e} ({result['factor']:g} eps)",
+        "entropy: mean attention entropy in nats (at most log of the keys attended over); max r: mean largest weight",
         "",
         f"{'site':<16}{'module':<40}{'routing law':>18}{'value law':>18}{'Hopfield':>18}{'entropy':>10}{'max r':>8}",
     ]
     for row in result["sites"]:
-        cells = [f"{row[law]:>9.1e} {mark[row[f'{law}_passed']]:<4}" if law in row else f"{'—':>14}" for law in _LAWS]
+        cells = [
+            f"{row[f'{law}_relative']:>9.1e} {mark[row[f'{law}_passed']]:<4}" if law in row else f"{'—':>14}"
+            for law in _LAWS
+        ]
         entropy = "—" if row["entropy"] is None else f"{row['entropy']:.3f}"
         top = "—" if row["max_responsibility"] is None else f"{row['max_responsibility']:.3f}"
         lines.append(
             f"{row['site']:<16}{row['module']:<40}" + "".join(f"{c:>18}" for c in cells) + f"{entropy:>10}{top:>8}"
         )
     lines.append("")
+    if result["weights"] != "loaded":
+        lines.append("note: random weights (a config alone): the entropies describe an untrained model")
+    if result["same_numbers_everywhere"]:
+        lines.append("note: every site shows the same entropy and max r, as layers initialised alike do")
     lines.append("every law passes" if result["passed"] else "a law FAILS: see the rows marked FAIL")
     return "\n".join(lines)
