@@ -7,7 +7,8 @@ and the history recorder existed (``_run_fitter``, ``_split_merge`` and ``partia
 fitter name and built their own history records). It holds, per case, the fitted parameters, ``n_iter_``,
 ``converged_``, ``lower_bound_``, ``n_split_merge_accepted_`` and every ``history_`` record except its seconds
 (the keys of each record in order, epoch, loglik, usage). These are golden numbers: a regression guard that
-the move changed no behaviour, compared exactly (float64, not a tolerance).
+the move changed no behaviour, compared exactly where the machine allows it (integers and flags; float64 to
+round-off, see ``_FLOAT64_BOUND``).
 """
 
 import dataclasses
@@ -213,17 +214,46 @@ def _expected(case: str) -> dict[str, np.ndarray]:
     return expected
 
 
+# The recording is one machine's. On another CPU the BLAS kernels sum in another order, and float64 results move
+# at round-off: on the machine of issue 25's session (kernel ...-fc-v1147) the recording's own code (9216389) missed
+# it by at most 1.1e-13 of a key's largest entry for EM and online EM, and 1.1e-9 for gd (Adam divides by √v,
+# which amplifies round-off). So float64 numbers are compared to a bound of that order relative to the key's
+# largest entry; integers, flags and NaN positions stay exact. A change of behaviour (one iteration more, another
+# start, a changed update) moves them by 1e-4 or more, far outside these bounds.
+_FLOAT64_BOUND = 1e-12
+_FLOAT64_BOUND_GD = 1e-8
+
+
+def _assert_close_to_recording(case: str, key: str, value: np.ndarray, expected: np.ndarray) -> None:
+    if value.dtype.kind != "f":
+        np.testing.assert_array_equal(value, expected, err_msg=f"{case}: {key}", strict=True)
+    elif case in _ROUNDING_SINCE_ISSUE_14:
+        np.testing.assert_allclose(value, expected, rtol=5e-5, atol=1e-6, err_msg=f"{case}: {key}")
+    else:
+        np.testing.assert_array_equal(np.isnan(value), np.isnan(expected), err_msg=f"{case}: {key} (NaN positions)")
+        scale = float(np.nanmax(np.abs(expected))) if expected.size and not np.isnan(expected).all() else 0.0
+        bound = (_FLOAT64_BOUND_GD if "gd" in case else _FLOAT64_BOUND) * max(scale, 1e-300)
+        np.testing.assert_allclose(value, expected, rtol=0, atol=bound, equal_nan=True, err_msg=f"{case}: {key}")
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_fit_reproduces_the_code_before_the_refactor_bitwise(case: str) -> None:
+def test_fit_reproduces_the_code_before_the_refactor(case: str) -> None:
     expected = _expected(case)
     got = _run(case)
     assert sorted(got) == sorted(expected)
     for key, value in got.items():
         assert value.dtype == expected[key].dtype, key
-        if case in _ROUNDING_SINCE_ISSUE_14 and value.dtype.kind == "f":
-            np.testing.assert_allclose(value, expected[key], rtol=5e-5, atol=1e-6, err_msg=f"{case}: {key}")
-        else:
-            np.testing.assert_array_equal(value, expected[key], err_msg=f"{case}: {key}", strict=True)
+        _assert_close_to_recording(case, key, value, expected[key])
+
+
+def test_the_recording_comparison_catches_a_change_of_behaviour() -> None:
+    """The bound is round-off, not a tolerance for change: one EM iteration more moves the numbers far past it."""
+    case = "fit-em-max-iter-0"
+    expected = _expected(case)
+    same, changed = (_record(_fit(n_components=3, max_iter=m, random_state=0)) for m in (0, 1))
+    _assert_close_to_recording(case, "means_", same["means_"], expected["means_"])
+    with pytest.raises(AssertionError):
+        _assert_close_to_recording(case, "means_", changed["means_"], expected["means_"])
 
 
 def test_a_history_record_holds_epoch_loglik_seconds_and_usage() -> None:
