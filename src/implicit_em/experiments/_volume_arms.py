@@ -12,7 +12,10 @@ any view-invariant map, so collapse is not required by the objective, only reach
 (:math:`f(x) = x + \mathrm{MLP}(x)`), ``logdet`` (``none`` plus the volume term
 :math:`-\tfrac{1}{2D}\log\det(D\,\mathrm{Cov}(\hat z) + 10^{-6} I)` of the normalised features
 :math:`\hat z = z/\|z\|` of both views: the positive control) and ``predictor`` (``none`` with SimSiam's linear
-predictor on the online branch, beside the verdict).
+predictor on the online branch, beside the verdict); and, beside the verdict too (added after the deciding quick
+runs, to see whether the outcome hangs on the declared strength and placement), ``weight_decay_strong`` (the same
+decay at ten times the strength) and ``layernorm_features`` (the gain-free LayerNorm on the output features instead
+of the hidden layer).
 
 The mixture testbed (the experiment before issue 25):
 
@@ -250,7 +253,16 @@ def train(
 # The siamese testbed (issue 25): collapse is reachable, not rewarded
 # --------------------------------------------------------------------------------------------------------------
 
-SIAMESE_ARMS = ("none", "weight_decay", "layernorm", "residual", "logdet", "predictor")
+SIAMESE_ARMS = (
+    "none",
+    "weight_decay",
+    "layernorm",
+    "residual",
+    "logdet",
+    "predictor",
+    "weight_decay_strong",
+    "layernorm_features",
+)
 
 
 class Siamese(torch.nn.Module):
@@ -271,12 +283,18 @@ class Siamese(torch.nn.Module):
             with torch.no_grad():
                 self.W2.div_(self.features(x_train).var(0).mean().sqrt())
 
-    def features(self, x: Tensor) -> Tensor:
-        """f(x), (N, D)."""
+    def _mlp_out(self, x: Tensor) -> Tensor:
+        """W₂ relu(W₁x + b₁) + b₂, with the gain-free LayerNorm on W₁x + b₁ for the ``layernorm`` arm."""
         a = F.linear(x, self.W1, self.b1)
         if self.arm == "layernorm":
             a = F.layer_norm(a, a.shape[-1:])
-        h = F.linear(F.relu(a), self.W2, self.b2)
+        return F.linear(F.relu(a), self.W2, self.b2)
+
+    def features(self, x: Tensor) -> Tensor:
+        """f(x), (N, D): the MLP's output, plus x for the ``residual`` arm."""
+        h = self._mlp_out(x)
+        if self.arm == "layernorm_features":
+            return F.layer_norm(h, h.shape[-1:])
         return x + h if self.arm == "residual" else h
 
     def predict(self, z: Tensor) -> Tensor:
@@ -324,8 +342,8 @@ class SiameseSnapshot:
 
 
 def siamese_optimizer(model: Siamese, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW; only the ``weight_decay`` arm decays, and only W₁, W₂ (matrices, not biases)."""
-    decayed = [model.W1, model.W2] if model.arm == "weight_decay" else []
+    """AdamW; only the ``weight_decay`` arms decay, and only W₁, W₂ (matrices, not biases)."""
+    decayed = [model.W1, model.W2] if model.arm.startswith("weight_decay") else []
     rest = [p for p in model.parameters() if all(p is not q for q in decayed)]
     groups = [{"params": rest, "weight_decay": 0.0}]
     if decayed:

@@ -38,7 +38,10 @@ real. The arms, all from the same weight draws per replicate:
   SimSiam uses against collapse, neither §6.2's mechanism nor a volume term) and ``mixture_objective`` (the
   experiment before issue 25: the ``none`` MLP with a unit-Gaussian head on L⁻ without log-det, 200 / 1,500 steps,
   measured by the old C1 and C2; its collapse is the objective's optimum, so it shows that the objective asks for
-  collapse, not whether a mechanism avoids it).
+  collapse, not whether a mechanism avoids it). Added after the deciding quick runs (seeds 0-4, all REFUTED), to
+  see whether that outcome hangs on the declared strength or placement, and beside the verdict:
+  ``weight_decay_strong`` (decay 1.0, ten times the declared one) and ``layernorm_features`` (the gain-free
+  LayerNorm on the output features instead of the hidden layer).
 
 Measures, on the held-out inputs (clean, no noise), every ``eval_every`` steps: the spread s = √D · mean_d std(ẑ_d)
 of the ℓ2-normalised features ẑ = f(x)/‖f(x)‖ (SimSiam's collapse monitor, scaled so that directions spread over the
@@ -111,7 +114,7 @@ __all__ = ["EXPERIMENT", "Config", "run"]
 
 MECHANISMS = ("weight_decay", "layernorm", "residual")  # the three §6.2 names: they decide the verdict
 CONTROLS = ("none", "logdet")  # the gates: the risk is shown, a prevention is possible
-BESIDE = ("predictor",)  # reported, not in the verdict
+BESIDE = ("predictor", "weight_decay_strong", "layernorm_features")  # reported, not in the verdict
 ARMS = va.SIAMESE_ARMS
 
 
@@ -129,6 +132,7 @@ class Config:
     steps: int = 600  # full-batch steps, every siamese arm (pilot: none collapses by then at 3 of 3 seeds)
     lr: float = 1e-2  # AdamW step, every arm
     weight_decay: float = 0.1  # the weight_decay arm's decoupled decay (GPT-style practice), on W₁, W₂ only
+    weight_decay_strong: float = 1.0  # the weight_decay_strong arm (beside the verdict, added after the quick runs)
     volume_weight: float = 1.0  # the logdet arm's weight on the volume term
     eval_every: int = 50  # steps between held-out snapshots
     replicates: int = 3  # independent data sets and starts, seeds seed·replicates + i
@@ -214,7 +218,7 @@ def _train_arm(arm: str, data: va.Data, cfg: Config, seed: int) -> _Arm:
         data,
         cfg.steps,
         cfg.lr,
-        cfg.weight_decay,
+        cfg.weight_decay_strong if arm == "weight_decay_strong" else cfg.weight_decay,
         cfg.sigma,
         cfg.volume_weight,
         cfg.eval_every,
