@@ -5,7 +5,7 @@ log-det term (:class:`Model`, :func:`train`), on which collapse is the objective
 The siamese testbed. An encoder :math:`f: \mathbb R^D \to \mathbb R^D` sees two views of each input
 (:math:`x + \sigma\varepsilon`, fresh noise every step) and is trained on the negative cosine with a
 stop-gradient, :math:`-\tfrac12[\cos(z_1, \mathrm{sg}\, z_2) + \cos(z_2, \mathrm{sg}\, z_1)]` (SimSiam's loss,
-Chen & He 2021, without the predictor: their Table/§4.2 failure case, which collapses). Its minimum, −1, is met by
+Chen & He 2021, without the predictor: their §4.2 (Table 1) failure case, which collapses). Its minimum, −1, is met by
 any view-invariant map, so collapse is not required by the objective, only reached by its dynamics. The arms
 (:data:`SIAMESE_ARMS`): ``none`` (2-layer ReLU MLP), ``weight_decay`` (AdamW decay on W₁, W₂), ``layernorm``
 (LayerNorm without a gain on the hidden pre-activations: Linear → LN → ReLU → Linear), ``residual``
