@@ -1,5 +1,7 @@
-"""The normalisation_as_volume experiment: its measures on known answers, the log-det arm as the exact tied GMM
-density, the verdict rule, and the quick run's controls (the no-volume arms collapse, the log-det arm does not)."""
+"""The normalisation_as_volume experiment: its measures on known answers, the siamese arms and their loss against a
+float64 reference, the mixture arms kept from before issue 25 (the log-det arm as the exact tied GMM density), the
+verdict rule and gates, a non-collapsing ``none`` (UNDECIDED), planted preventions (the verdict moves) and the quick
+run."""
 
 import dataclasses
 import math
@@ -47,7 +49,86 @@ def test_feature_log_volume_is_the_mean_log_eigenvalue_over_the_top_d_minus_1_di
     assert va.feature_log_volume(0.01 * f) == pytest.approx(va.feature_log_volume(f) + 2 * math.log(0.01), rel=1e-10)
 
 
-# --- the arms -------------------------------------------------------------------------------------------------------
+def test_spread_and_effective_rank_on_known_answers() -> None:
+    gen = torch.Generator().manual_seed(4)
+    d = 8
+    iso = torch.randn(20000, d, generator=gen, dtype=F64)  # directions uniform on the sphere
+    assert va.spread(iso) == pytest.approx(1.0, abs=0.01)
+    assert va.effective_rank(iso) == pytest.approx(d, rel=0.01)
+    one = torch.ones(50, d, dtype=F64) + 1e-9 * torch.randn(50, d, generator=gen, dtype=F64)
+    assert va.spread(one) < 1e-8  # every input on one direction
+    assert va.spread(3.0 * iso) == pytest.approx(va.spread(iso), rel=1e-12)  # scale-free
+    line = torch.randn(500, 1, generator=gen, dtype=F64) * torch.ones(1, d, dtype=F64)
+    assert va.effective_rank(line) == pytest.approx(1.0, abs=1e-9)
+    zn = torch.nn.functional.normalize(iso[:300], dim=1).numpy()
+    assert va.spread(iso[:300]) == pytest.approx(float(np.sqrt(d) * zn.std(0, ddof=1).mean()), rel=1e-12)
+
+
+def test_the_siamese_arms_share_their_start_and_only_the_predictor_arm_has_a_predictor() -> None:
+    data = _data()
+    models = {arm: va.Siamese(arm, data.x_train, 32, torch.Generator().manual_seed(5)) for arm in va.SIAMESE_ARMS}
+    for arm in ("weight_decay", "logdet", "predictor", "residual"):
+        torch.testing.assert_close(models[arm].W1, models["none"].W1, rtol=0, atol=0)
+        torch.testing.assert_close(models[arm].b1, models["none"].b1, rtol=0, atol=0)
+    for arm in ("weight_decay", "logdet", "predictor"):
+        torch.testing.assert_close(models[arm].W2, models["none"].W2, rtol=0, atol=0)
+    with torch.no_grad():
+        for arm in ("none", "layernorm"):
+            assert float(models[arm].features(data.x_train).var(0).mean()) == pytest.approx(1.0, rel=1e-12)
+        a = torch.nn.functional.linear(data.x_test, models["layernorm"].W1, models["layernorm"].b1)
+        ln = torch.nn.functional.layer_norm(a, (32,))
+        h = torch.relu(ln) @ models["layernorm"].W2.T + models["layernorm"].b2
+        torch.testing.assert_close(models["layernorm"].features(data.x_test), h, rtol=1e-12, atol=0)
+        x = data.x_test
+        torch.testing.assert_close(models["residual"].features(x), x + models["residual"]._mlp_out(x), rtol=0, atol=0)
+    assert all((models[a].P is None) == (a != "predictor") for a in va.SIAMESE_ARMS)
+    with pytest.raises(ValueError, match="arm must be one of"):
+        va.Siamese("batchnorm", data.x_train, 32, torch.Generator())
+
+
+def test_the_siamese_loss_and_its_gradient_against_a_float64_reference() -> None:
+    """The loss is −½[cos(p z₁, sg z₂) + cos(p z₂, sg z₁)] (numpy), and its gradient flows through the online
+    branch only: the gradient equals that of ½[cos(p z₁, c₂) + ...] with c the features as constants."""
+    data = _data()
+    gen = torch.Generator().manual_seed(2)
+    v1 = data.x_train + 0.3 * torch.randn(data.x_train.shape, generator=gen, dtype=F64)
+    v2 = data.x_train + 0.3 * torch.randn(data.x_train.shape, generator=gen, dtype=F64)
+    for arm in ("none", "predictor", "logdet"):
+        model = va.Siamese(arm, data.x_train, 32, torch.Generator().manual_seed(3))
+        loss = va.siamese_loss(model, v1, v2, 1.0)
+        with torch.no_grad():
+            z1, z2 = model.features(v1).numpy(), model.features(v2).numpy()
+        pm = np.eye(8) if model.P is None else model.P.detach().numpy()
+
+        def cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+        ref = -0.5 * (cos(z1 @ pm.T, z2).mean() + cos(z2 @ pm.T, z1).mean())
+        if arm == "logdet":
+            zz = np.concatenate([z1, z2])
+            zz = zz / np.linalg.norm(zz, axis=1, keepdims=True)
+            ref -= 0.5 * np.linalg.slogdet(8 * np.cov(zz.T) + 1e-6 * np.eye(8))[1] / 8
+        assert float(loss.detach()) == pytest.approx(float(ref), rel=1e-12)
+        if arm == "none":
+            (g,) = torch.autograd.grad(loss, [model.W1])
+            c1, c2 = torch.tensor(z1), torch.tensor(z2)
+            f1, f2 = model.features(v1), model.features(v2)
+            cc = torch.nn.functional.cosine_similarity
+            (g_ref,) = torch.autograd.grad(-0.5 * (cc(f1, c2).mean() + cc(f2, c1).mean()), [model.W1])
+            torch.testing.assert_close(g, g_ref, rtol=1e-12, atol=1e-15)
+
+
+def test_only_the_weight_decay_siamese_arm_decays_and_only_its_weight_matrices() -> None:
+    data = _data()
+    for arm in va.SIAMESE_ARMS:
+        model = va.Siamese(arm, data.x_train, 32, torch.Generator().manual_seed(0))
+        groups = va.siamese_optimizer(model, 1e-2, 0.1).param_groups
+        decayed = [p for g in groups if g["weight_decay"] > 0 for p in g["params"]]
+        expected = [model.W1, model.W2] if arm in ("weight_decay", "weight_decay_strong") else []
+        assert len(decayed) == len(expected) and all(any(p is q for q in expected) for p in decayed)
+
+
+# --- the mixture arms (before issue 25; the mixture_objective arm reports the first) ----------------------------------
 
 
 def test_the_log_det_arm_is_the_tied_gmm_density_in_input_space() -> None:
@@ -100,96 +181,123 @@ def test_only_the_weight_decay_arm_decays_and_only_its_weight_matrices() -> None
 
 
 @pytest.mark.parametrize(
-    ("controls", "prevents", "expected", "at_least_one"),
+    ("prevents", "collapses", "expected"),
     [
-        ([True, True, True], [True, True, True], "SUPPORTED", "SUPPORTED"),
-        ([True, True, True], [False, True, False], "PARTIAL", "SUPPORTED"),
-        ([True, True, True], [False, False, False], "REFUTED", "REFUTED"),
-        ([False, True, True], [False, False, False], "PARTIAL", "PARTIAL"),  # the positive control did not collapse
-        ([True, True, False], [True, True, True], "PARTIAL", "PARTIAL"),  # the log-det rescue failed
+        ([True, True, True], [False, False, False], "SUPPORTED"),
+        ([False, True, False], [True, False, True], "PARTIAL"),
+        ([False, False, False], [True, False, True], "PARTIAL"),  # one mechanism only slows the collapse
+        ([False, False, False], [True, True, True], "REFUTED"),
     ],
 )
-def test_the_verdict_rule(controls: list[bool], prevents: list[bool], expected: str, at_least_one: str) -> None:
-    assert nav._verdict(controls, prevents) == expected
-    assert nav._verdict_at_least_one(controls, prevents) == at_least_one
+def test_the_verdict_rule(prevents: list[bool], collapses: list[bool], expected: str) -> None:
+    assert nav._verdict(prevents, collapses) == expected
 
 
-def _arm(log_volume: float, effective: float) -> nav._Arm:
-    return nav._Arm([0, 10], [0.0, log_volume], [3.0, effective], [3.0, 3.0], [-5.0, -1.0], 0.5, math.nan, 0.0)
+def _arm(spreads: list[float]) -> nav._Arm:
+    steps = [0, 200, 400, 600, 800][: len(spreads)]
+    return nav._Arm(steps, spreads, [3.0] * len(spreads), [-0.9] * len(spreads), 0.5, 0.0)
 
 
-def test_collapse_needs_both_the_volume_and_the_responsibilities() -> None:
+def test_the_states_collapsed_prevented_and_partial() -> None:
     cfg = nav.Config()
-    assert _arm(-10.0, 1.0).state(cfg) == "collapsed"
-    assert _arm(-10.0, 3.9).state(cfg) == "partial"  # K points: the volume is gone, the assignments are not
-    assert _arm(0.0, 1.0).state(cfg) == "partial"
-    assert _arm(0.0, 3.0).state(cfg) == "prevented"
-    assert _arm(-10.0, 1.0).collapse_step(cfg) == 10 and math.isnan(_arm(0.0, 3.0).collapse_step(cfg))
-    assert cfg.collapse_log_volume_max == math.log(1e-2) and cfg.trivial_effective_max == 1.5
+    assert cfg.collapse_spread_max == 0.1 and cfg.prevent_spread_min == 0.3 and cfg.settle_ratio_min == 0.8
+    assert _arm([0.8, 0.5, 0.2, 0.1, 0.05]).state(cfg) == "collapsed"
+    assert _arm([0.8, 0.8, 0.8, 0.8, 0.8]).state(cfg) == "prevented"
+    assert _arm([0.8, 0.8, 0.8, 0.8, 0.2]).state(cfg) == "partial"  # between the bars
+    assert _arm([0.8, 0.8, 0.8, 1.0, 0.7]).state(cfg) == "partial"  # still falling: 0.7 < 0.8 × 1.0
+    assert _arm([0.8, 0.8, 0.8, 1.0, 0.8]).state(cfg) == "prevented"  # settled at the ratio bar
+    assert _arm([0.8, 0.5, 0.2, 0.1, 0.05]).collapse_step(cfg) == 600
+    assert math.isnan(_arm([0.8, 0.8, 0.8, 0.8, 0.8]).collapse_step(cfg))
 
 
-TINY = dataclasses.replace(nav.Config.quick(), n=60, steps=20, eval_every=10, replicates=2)
+def _fake(states: dict[str, str]) -> object:
+    """A _replicate stand-in: every arm collapsed, except those in ``states`` ('prevented' or 'partial')."""
+    shapes = {"collapsed": [0.8, 0.3, 0.1, 0.02, 0.01], "prevented": [0.8] * 5, "partial": [0.8, 0.7, 0.6, 0.5, 0.2]}
+
+    def fake(cfg: nav.Config, seed: int) -> tuple[dict[str, nav._Arm], nav._Mixture, float]:
+        arms = {arm: _arm(shapes[states.get(arm, "collapsed")]) for arm in nav.ARMS}
+        return arms, nav._Mixture(-12.0, 1.0, 0.01, "collapsed"), 0.9
+
+    return fake
 
 
-def test_a_planted_preventing_mechanism_moves_the_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Planted: replicates whose no-volume arms collapse and whose residual arm keeps its volume and assignments;
-    the residual criterion must pass, the other two fail, and the rule give PARTIAL (1 of 3)."""
+TINY = dataclasses.replace(nav.Config.quick(), n=60, steps=40, eval_every=10, replicates=2, mixture_steps=20)
 
-    def fake(cfg: nav.Config, seed: int) -> tuple[dict[str, nav._Arm], tuple[float, float]]:
-        arms = {arm: _arm(-12.0, 1.0) for arm in va.ARMS}
-        arms["logdet_linear"] = arms["residual"] = _arm(0.2, 3.0)
-        return arms, (-10.0, 0.5)
 
-    monkeypatch.setattr(nav, "_replicate", fake)
+@pytest.mark.parametrize(
+    ("planted", "verdict", "preventing"),
+    [
+        ({"logdet": "prevented"}, "REFUTED", []),
+        ({"logdet": "prevented", "residual": "prevented"}, "PARTIAL", ["residual"]),
+        ({"logdet": "prevented", "layernorm": "partial"}, "PARTIAL", []),
+        ({"logdet": "prevented", **dict.fromkeys(nav.MECHANISMS, "prevented")}, "SUPPORTED", list(nav.MECHANISMS)),
+        ({**dict.fromkeys(nav.MECHANISMS, "prevented")}, "UNDECIDED", list(nav.MECHANISMS)),  # logdet collapsed
+        ({"none": "prevented", "logdet": "prevented"}, "UNDECIDED", []),  # the risk is not shown
+    ],
+)
+def test_planted_outcomes_move_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted: dict[str, str], verdict: str, preventing: list[str]
+) -> None:
+    monkeypatch.setattr(nav, "_replicate", _fake(planted))
     res = nav.run(TINY, Context(tmp_path))
-    passed = {c.metric.split(" ")[0]: c.passed for c in res.criteria}
-    assert passed == {
-        "control:": True,
-        "weight_decay": False,
-        "layernorm": False,
-        "residual": True,
-        "layernorm_gain": False,
-    }
-    assert res.verdict == "PARTIAL" and res.metrics["mechanisms preventing collapse"] == ["residual"]
-    assert res.metrics["cost of the preventing arms"] == {"residual": "no cost in cluster recovery"}
+    assert res.verdict == verdict
+    assert res.metrics["mechanisms preventing collapse"] == preventing
+    gates = [c for c in res.criteria if c.role == "gate"]
+    assert [c.passed for c in gates] == [planted.get("none") is None, planted.get("logdet") == "prevented"]
+    if verdict == "UNDECIDED":
+        assert res.summary.startswith("cannot decide: gate:")
 
 
-def test_a_positive_control_that_does_not_collapse_cannot_decide(
+MID = dataclasses.replace(nav.Config.quick(), n=150, replicates=1)
+
+
+def test_a_none_arm_that_does_not_collapse_makes_the_verdict_undecided(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Negative control of the design: the 'none' arm trained with the log-det term (linear) does not collapse,
-    so the experiment must say it cannot decide."""
+    """The real pipeline with the ``none`` arm replaced by one without the risk (SimSiam with its predictor): the
+    gate fails and the verdict is UNDECIDED, whatever the mechanisms do."""
     train = nav._train_arm
     monkeypatch.setattr(
-        nav,
-        "_train_arm",
-        lambda arm, data, cfg, seed: train("logdet_linear" if arm == "none" else arm, data, cfg, seed),
+        nav, "_train_arm", lambda arm, data, cfg, seed: train("predictor" if arm == "none" else arm, data, cfg, seed)
     )
-    res = nav.run(TINY, Context(tmp_path))
-    assert not res.criteria[0].passed and res.verdict == "PARTIAL"
-    assert res.summary.startswith("cannot decide: control(s) none")
+    res = nav.run(MID, Context(tmp_path))
+    assert res.metrics["per arm"]["none"]["states"] == ["prevented"] * MID.replicates
+    assert not res.criteria[0].passed and res.verdict == "UNDECIDED"
+
+
+def test_mechanisms_made_to_prevent_collapse_flip_the_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real pipeline with every mechanism arm trained with the volume term (a planted prevention): SUPPORTED;
+    with only the residual arm planted: PARTIAL (the other two collapse at this size, as at quick size)."""
+    train = nav._train_arm
+    for planted, expected in ((nav.MECHANISMS, "SUPPORTED"), (("residual",), "PARTIAL")):
+        monkeypatch.setattr(
+            nav,
+            "_train_arm",
+            lambda arm, data, cfg, seed, p=planted: train("logdet" if arm in p else arm, data, cfg, seed),
+        )
+        res = nav.run(MID, Context(tmp_path))
+        assert res.verdict == expected, res.summary
+        assert res.metrics["mechanisms preventing collapse"] == list(planted)
 
 
 # --- the quick run --------------------------------------------------------------------------------------------------
 
 
-def test_quick_run_the_no_volume_arms_collapse_and_the_log_det_arm_does_not(tmp_path: Path) -> None:
+def test_quick_run_gates_hold_and_the_verdict_follows_the_rule(tmp_path: Path) -> None:
     cfg = nav.Config.quick()
     res = nav.run(cfg, Context(tmp_path))
     per = res.metrics["per arm"]
-    assert per["none"]["states"] == per["none_linear"]["states"] == ["collapsed"] * cfg.replicates
-    assert per["logdet_linear"]["states"] == ["prevented"] * cfg.replicates
-    # the log-det arm is the tied GMM: its held-out log-likelihood is EM's to within 0.25 nats per input
-    em = res.metrics["EM reference (sklearn tied GMM): held-out log-likelihood"]["median"]
-    assert abs(per["logdet_linear"]["held-out input log-likelihood"]["median"] - em) < 0.25
-    # without the term the linear arm's density is lost (A → 0): far below EM's
-    assert per["none_linear"]["held-out input log-likelihood"]["max"] < em - 10
-    # the objective rewards the collapse: the collapsed arm's held-out −L⁻ is nearer its supremum 0
-    assert (
-        per["none"]["held-out feature objective −L⁻"]["median"]
-        > per["logdet_linear"]["held-out feature objective −L⁻"]["median"]
-    )
-    controls = [c.passed for c in res.criteria[:3]]
-    prevents = [c.passed for c in res.criteria[3:6]]
-    assert all(controls) and res.verdict == nav._verdict(controls, prevents)
+    assert per["none"]["states"] == ["collapsed"] * cfg.replicates  # the risk is shown
+    assert per["logdet"]["states"] == ["prevented"] * cfg.replicates  # a prevention is possible
+    gates = [c for c in res.criteria if c.role == "gate"]
+    assert len(gates) == 2 and all(c.passed for c in gates)
+    by = {c.metric: c.passed for c in res.criteria}
+    prevents = [by[f"{m} prevents collapse (share of replicates)"] for m in nav.MECHANISMS]
+    collapses = [by[f"{m} collapses (share of replicates)"] for m in nav.MECHANISMS]
+    assert res.verdict == nav._verdict(prevents, collapses)
+    # the objective before issue 25 collapses by its own optimum (reported, not deciding)
+    old = res.metrics["mixture objective without log-det (before issue 25; not deciding)"]
+    assert old["states (old C1 and C2)"] == ["collapsed"] * cfg.replicates
+    # the collapsed none arm still reaches the objective's minimum region: its held-out loss is near −1
+    assert per["none"]["held-out siamese loss"]["max"] < -0.95
     assert (tmp_path / res.figures[0]).stat().st_size > 1000

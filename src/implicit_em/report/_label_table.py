@@ -140,10 +140,9 @@ UNITS: dict[str, list[tuple[str, str]]] = {
         (r"share", "fraction"),
     ],
     "normalisation_as_volume": [
-        (r"^per arm$|^cost of", "mixed (see entries)"),
+        (r"^per arm$|^mixture objective", "mixed (see entries)"),
         (r"mechanisms", "arms"),
         (r"^steps$", "steps"),
-        (r"log-likelihood", "nats/sample"),
     ],
     "sticky_manifold": [
         (r"_(d_in_sd|z)$", "SDs"),

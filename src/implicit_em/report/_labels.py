@@ -132,7 +132,8 @@ _CAPTIONS: dict[str, str] = {
     "means over seeds, and the gradient on an outlier.",
     "open_set": "Open-set recognition: AUROC of each score per OOD kind, and the shares flagged.",
     "mixing_weight_escape": "Mixing weights escaping from a bad start: the weights over training per fitter.",
-    "normalisation_as_volume": "Normalisation as volume: the arms' log-likelihoods and their log-determinants.",
+    "normalisation_as_volume": "Normalisation as volume: the spread of the normalised features per arm over "
+    "training, their effective rank, and the k-means ARI per replicate.",
     "sticky_manifold": "Sticky chain: alignment of the read-out and value subspaces with the symbol-mean span "
     "(mean cos² of principal angles), and the value signature against Bayes.",
     "advantage_ablation": "Advantage ablation: KL and value signature of each arm (A-D) on both tasks.",
