@@ -62,6 +62,7 @@ PUBLIC_MODULES = [
     "implicit_em.windtunnel.metrics",
     "implicit_em.windtunnel.models",
     "implicit_em.windtunnel.plots",
+    "implicit_em.windtunnel.sticky",
     "implicit_em.windtunnel.tasks",
     "implicit_em.windtunnel.train",
 ]

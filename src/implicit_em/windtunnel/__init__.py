@@ -21,6 +21,14 @@ from implicit_em.windtunnel.models import (
     matched_mlp,
     matched_prefix_mlp,
 )
+from implicit_em.windtunnel.sticky import (
+    StickyAttention,
+    StickyBatch,
+    StickyTestbed,
+    StickyTransformer,
+    parameter_groups,
+    plateau_change,
+)
 from implicit_em.windtunnel.tasks import (
     Batch,
     BijectionTask,
@@ -50,7 +58,11 @@ __all__ = [
     "LSTMModel",
     "NonFiniteLossError",
     "PrefixMLP",
+    "StickyAttention",
+    "StickyBatch",
     "StickyMarkovTask",
+    "StickyTestbed",
+    "StickyTransformer",
     "TokenMLP",
     "TrainResult",
     "WindTunnelConfig",
@@ -67,6 +79,8 @@ __all__ = [
     "matched_lstm",
     "matched_mlp",
     "matched_prefix_mlp",
+    "parameter_groups",
+    "plateau_change",
     "predictive",
     "sticky_transition_matrix",
     "train",
