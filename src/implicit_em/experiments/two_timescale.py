@@ -125,7 +125,21 @@ from implicit_em.windtunnel.models import CausalTransformer
 from implicit_em.windtunnel.sticky import StickyTestbed
 from implicit_em.windtunnel.tasks import BijectionTask, StickyMarkovTask
 
-__all__ = ["EXPERIMENT", "GROUPS", "QUANTITIES", "Config", "run"]
+__all__ = [
+    "EXPERIMENT",
+    "GROUPS",
+    "QUANTITIES",
+    "Config",
+    "Setting",
+    "arm_names",
+    "decide",
+    "planted_control",
+    "run",
+    "run_names",
+    "settings",
+    "specificity",
+    "speed_ups",
+]
 
 QUANTITIES = ("A", "V", "W_V", "W_QK")
 GROUPS = ("W_V", "W_O", "W_Q/W_K")  # the weight groups whose rate is multiplied, one at a time
