@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from implicit_em.experiments import EXPERIMENTS
 from implicit_em.experiments._base import Context, Result
 from implicit_em.experiments._unnormalised import (
+    OpRecorder,
     SampledStateHMMTask,
     UnnormalisedTransformer,
     build_arm_model,
@@ -42,7 +43,7 @@ from implicit_em.experiments.normalisation_necessity import (
 from implicit_em.windtunnel.config import WindTunnelConfig
 from implicit_em.windtunnel.models import CausalTransformer
 from implicit_em.windtunnel.tasks import BijectionTask, HMMFilteringTask, bijection_no_context_mae
-from implicit_em.windtunnel.train import build_tasks, train
+from implicit_em.windtunnel.train import build_tasks, train, windtunnel_loss
 
 F64 = torch.float64
 REPO = Path(__file__).resolve().parents[1]
@@ -186,14 +187,37 @@ def _planted_ops(f: Any) -> dict[str, list[str]]:
         (lambda x: torch.log(torch.exp(x) + 1.0), "by_hand", "aten.log.default"),  # softplus by hand
         (lambda x: torch.log(torch.sigmoid(x)), "by_hand", "aten.log.default"),  # log-sigmoid by hand
         (lambda x: torch.log(torch.exp(x - 1.0).sum(-1, keepdim=True)), "by_hand", "aten.log.default"),  # LSE
+        (lambda x: torch.log(torch.exp(x) @ torch.ones(5, 1)), "by_hand", "aten.log.default"),  # LSE by a matmul
     ],
     ids=["logsumexp", "log_softmax", "softplus", "log_sigmoid", "log1p_exp", "log_exp_plus_1", "log_sigmoid_by_hand",
-         "lse_by_hand"],
+         "lse_by_hand", "lse_by_matmul"],
 )  # fmt: skip
 def test_the_recorder_flags_a_planted_lse_of_every_kind(f: Any, kind: str, op: str) -> None:
     found = _planted_ops(f)
     assert any(o.startswith(op) for o in found[kind]), found
     assert found["two_way_lse"] == ["aten.binary_cross_entropy_with_logits.default"] or kind == "two_way_lse"
+
+
+def _old_detector(f: Any) -> list[str]:
+    """The detector before issue 25: every operator of the step whose *name* holds ``softmax`` or ``logsumexp``."""
+    recorder = OpRecorder()
+    with recorder:
+        batch = BijectionTask(5).sample(2, torch.Generator().manual_seed(0))
+        windtunnel_loss(_Planted(f)(batch.tokens)[:, batch.positions], batch, "sigmoid").backward()
+    return sorted(op for op in recorder.ops if "softmax" in op or "logsumexp" in op)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [torch.nn.functional.softplus, torch.nn.functional.logsigmoid, lambda x: torch.log1p(torch.exp(x))],
+    ids=["softplus", "logsigmoid", "log1p_exp"],
+)
+def test_the_old_name_matching_detector_missed_two_way_lses_the_recorder_finds(f: Any) -> None:
+    # a model using softplus or log-sigmoid (LSE(0, x), -LSE(0, -x)) inside it: the old detector saw no LSE at all
+    assert _old_detector(f) == []
+    found = _planted_ops(f)
+    assert len(found["two_way_lse"] + found["by_hand"]) > 1  # BCE's two-way LSE and the planted one
+    assert found["two_way_lse"] + found["by_hand"] != ["aten.binary_cross_entropy_with_logits.default"]
 
 
 def test_the_recorder_does_not_flag_a_log_or_an_exp_alone() -> None:

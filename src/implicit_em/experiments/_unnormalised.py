@@ -40,9 +40,9 @@ loss, backward) under a dispatch-level recorder of the aten operators and sorts 
 - ``k_way``: a softmax or log-sum-exp over a dimension of alternatives (``softmax``, ``log_softmax``, ``logsumexp``,
   ``cross_entropy``, fused scaled-dot-product attention);
 - ``by_hand``: a *hand-written* LSE, a logarithm (``log``, ``log1p``, ...) of a tensor computed from exponentials
-  (``exp``, ``expm1``, ``sigmoid``) through sums, products and reshapes only (``log(sum(exp(x)))``,
-  ``log1p(exp(x))``, ``log(sigmoid(x))``); its operators cannot tell a two-way one from a K-way one, so a check for
-  K-way normalisation must count it with ``k_way``, on the safe side;
+  (``exp``, ``expm1``, ``sigmoid``) through sums, products (matrix products among them) and reshapes only
+  (``log(sum(exp(x)))``, ``log(exp(x) @ w)``, ``log1p(exp(x))``, ``log(sigmoid(x))``); its operators cannot tell
+  a two-way one from a K-way one, so a check for K-way normalisation must count it with ``k_way``, on the safe side;
 - ``two_way_lse``: the named two-way log-sum-exps, :math:`\operatorname{softplus}(x) = \log(1 + e^x) =
   \operatorname{LSE}(0, x)` and :math:`\log\sigma(x) = -\operatorname{LSE}(0, -x)` (``softplus``,
   ``log_sigmoid``, ``binary_cross_entropy[_with_logits]``: BCE with logits is
@@ -164,7 +164,7 @@ _EXP_SOURCES = frozenset({"exp", "exp_", "exp2", "expm1", "sigmoid", "sigmoid_"}
 _CARRIERS = frozenset(
     "add add_ sub sub_ rsub mul mul_ div div_ neg sum mean cumsum clamp clamp_min clamp_max where masked_fill cat "
     "stack view _unsafe_view reshape expand unsqueeze squeeze transpose permute select slice clone contiguous alias "
-    "_to_copy t".split()
+    "_to_copy t mm bmm addmm baddbmm matmul mv dot einsum".split()
 )
 _LOGS = frozenset({"log", "log_", "log1p", "log1p_", "log2", "log10", "xlogy"})
 

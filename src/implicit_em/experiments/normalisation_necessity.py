@@ -111,8 +111,11 @@ Pilot of the sampled-label HMM (issue 25; the softmax arm alone, full size's net
 budget) KL 0.0178 and 0.0208 (seeds 100, 101), last-quarter drops 0.0024 and 0.0040: both gates held, seed 101 with
 little margin (KL 0.79x the bar, drop 0.75x the tolerance); at 3,200 steps KL 0.0160, 0.0164, 0.0144 (seeds 100-102,
 0.55-0.62x the bar), drops 0.0017, 0.0007, 0.0043. The full size's ``hmm_sampled_steps`` is 3,200: the label noise
-costs about twice the soft target's steps for the same margin. Consequence, stated in every summary: the ratios
-compare arms at one budget sized for the softmax arm, with its KL still falling slowly on the bijection.
+costs about twice the soft target's steps for the same margin. That pilot was run and recorded by the session that
+began this work; ``benchmarks/normalisation_necessity_pilot.py`` re-runs it (the softmax arm alone, the same seeds,
+sizes and steps) and docs/audit.md gives what it printed, before the deciding run. Consequence, stated in every
+summary: the ratios compare arms at one budget sized for the softmax arm, with its KL still falling slowly on the
+bijection.
 """
 
 import dataclasses
@@ -271,6 +274,7 @@ def _three_quarters(steps: int) -> int:
     return max(1, round(0.75 * steps))
 
 
+@torch.no_grad()
 def _causal_leak(model: nn.Module, batch: Batch, vocab_size: int) -> float:
     """Max |change of a logit at a position <= p| when every token after p is redrawn, over a few cut points p."""
     tokens = batch.tokens
