@@ -327,8 +327,13 @@ PHRASES: dict[str, dict[str, str]] = {
         "softmax": "transformer, softmax CE",
         "n_symbols": "symbols", "hmm_states": "HMM hidden states", "hmm_obs": "HMM observations",
         "attention_row_sum": "attention row sum", "emission_only": "emission-only", "plateau_drop": "plateau drop",
-        "softmax_op_count": "softmax ops in the graph", "softmax_ops": "softmax ops in the graph",
+        "softmax_op_count": "K-way softmax/LSE ops in the graph", "softmax_ops": "K-way softmax/LSE ops in the graph",
+        "two_way_lse_op_count": "two-way LSE ops (softplus, log-sigmoid, BCE) in the graph",
+        "two_way_lse_ops": "two-way LSE ops (softplus, log-sigmoid, BCE) in the graph",
+        "sigmoid_op_count": "sigmoid ops (two-way softmax) in the graph",
         "causal_leak_per_arm": "causal leak per arm", "causal_leak_max": "causal leak, max",
+        "hmm": "HMM task, soft posterior target (reported):", "hmm_sampled": "HMM task, sampled states:",
+        "task_states": "softmax arm's state per task",
     },
 }  # fmt: skip
 
