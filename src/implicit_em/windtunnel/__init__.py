@@ -28,6 +28,7 @@ from implicit_em.windtunnel.sticky import (
     StickyTransformer,
     parameter_groups,
     plateau_change,
+    plateau_drop,
 )
 from implicit_em.windtunnel.tasks import (
     Batch,
@@ -81,6 +82,7 @@ __all__ = [
     "matched_prefix_mlp",
     "parameter_groups",
     "plateau_change",
+    "plateau_drop",
     "predictive",
     "sticky_transition_matrix",
     "train",
