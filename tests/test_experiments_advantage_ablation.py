@@ -345,6 +345,22 @@ def test_an_ablation_arm_made_equal_to_a_triggers_the_falsifier() -> None:
     assert aa._verdict({"bijection": crit}, [])[0] == "REFUTED"
 
 
+def test_a_sticky_ablation_arm_made_equal_to_a_reads_as_the_falsifier_in_kl() -> None:
+    """Planted effect on the testbed's own training runs (30 steps, small windows): arm D trained with the exact
+    gradient equals A (same init, stream and steps), so its KL ratio is 1 and the KL reading says "falsifier"; the
+    honest zero-gradient arm B differs from A. (The sticky half's signature gate fails at every seed, see
+    docs/audit.md, so the verdict itself cannot be planted end to end there.)"""
+    cfg = dataclasses.replace(SMOKE, sticky_length=12, sticky_eval_size=32, sticky_steps=30)
+    planted = aa._sticky_seed(cfg, 0, arms={"A": "exact", "B": "zero", "C": "no_baseline", "D": "exact"})
+    assert planted["D"]["kl"] == planted["A"]["kl"] and planted["D"]["kl_history"] == planted["A"]["kl_history"]
+    assert planted["B"]["kl"] != pytest.approx(planted["A"]["kl"], rel=1e-3)  # the surgery does change training
+    runs = {k: [planted[k]] for k in ("init", *aa.ARMS)}
+    m = aa._summarise(runs, [planted["floor"]["kl"]], cfg)
+    assert m["D_over_A_kl"] == 1.0 and aa._kl_reading(m, cfg) == "falsifier"
+    crit = aa._task_criteria("sticky", m, cfg)
+    assert crit["D_ratio_falsifier"].passed
+
+
 # --- the quick run (slow: about two minutes on one thread) ---------------------------------------------------
 
 
