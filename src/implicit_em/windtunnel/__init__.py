@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # what the type checker and the reader see; at run time each 
         StickyTransformer,
         parameter_groups,
         plateau_change,
+        plateau_drop,
     )
     from implicit_em.windtunnel.tasks import (
         Batch,
@@ -91,6 +92,7 @@ _WHERE = {
     "matched_prefix_mlp": "implicit_em.windtunnel.models",
     "parameter_groups": "implicit_em.windtunnel.sticky",
     "plateau_change": "implicit_em.windtunnel.sticky",
+    "plateau_drop": "implicit_em.windtunnel.sticky",
     "predictive": "implicit_em.windtunnel.metrics",
     "sticky_transition_matrix": "implicit_em.windtunnel.tasks",
     "train": "implicit_em.windtunnel.train",
@@ -129,6 +131,7 @@ __all__ = [
     "matched_prefix_mlp",
     "parameter_groups",
     "plateau_change",
+    "plateau_drop",
     "predictive",
     "sticky_transition_matrix",
     "train",
