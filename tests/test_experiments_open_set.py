@@ -30,6 +30,31 @@ def test_registered_once() -> None:
     assert [e for e in EXPERIMENTS if e.name == "open_set"] == [EXPERIMENT]
 
 
+def _paper_text() -> str:
+    repo = Path(__file__).resolve().parents[1]
+    for base in (repo.parent / "shared", repo.parent.parent / "shared"):
+        path = base / "paper" / "implicit-em-paper.md"
+        if path.exists():
+            return " ".join(path.read_text().split())
+    pytest.skip("no shared/paper/implicit-em-paper.md beside this checkout")
+
+
+def test_the_claim_quotes_the_paper_and_says_the_bar_is_the_audits_own() -> None:
+    """Issue 25: the +0.05 AUROC bar is the audit's, not §7.3's (which states no number). The claim says so in a
+    bracketed note; everything outside the brackets is the paper's text, verbatim."""
+    import re
+
+    notes = re.findall(r"\[([^\]]*)\]", EXPERIMENT.claim)
+    assert any("+0.05 AUROC" in n and "audit's own" in n and "states no number" in n for n in notes)
+    text = _paper_text()
+    quoted = [q.strip() for q in re.split(r"\[[^\]]*\]", EXPERIMENT.claim) if q.strip()]
+    assert len(quoted) == 2 and all(q in text for q in quoted)
+    section = text[text.index("### 7.3 Open Directions") : text.index("## 8 Conclusion")]
+    # §7.3's only digits are section numbers: no bar, no AUROC, no share
+    assert re.findall(r"\d+(?:\.\d+)?", section) == ["7.3", "3.4"]
+    assert "AUROC" not in section and "%" not in section
+
+
 # --- the AUROC and the scores ------------------------------------------------------------------------------------
 
 
