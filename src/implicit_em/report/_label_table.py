@@ -280,7 +280,7 @@ PHRASES: dict[str, dict[str, str]] = {
         "null_share": "null share", "train_null_share": "training null share", "tau": "null distance τ",
         "null_minus_softmin": "null − soft-min", "null_sd": "null SD", "scales": "logit scales",
         "scaled_max_r_median": "median max r after scaling", "scaled_r0_median": "median r₀ after scaling",
-        "n_known_test": "known test points", "n_ood": "OOD test points",
+        "n_known_test": "known test points", "n_ood": "OOD test points", "natural": "natural-image patches",
     },
     "sticky_manifold": {
         "chance": "random subspace (chance)", "chance_raw": "random subspace, raw read-out (chance)",
@@ -360,4 +360,14 @@ EXACT: dict[tuple[str, str], tuple[str, str, str]] = {
     ("sticky_sculpting", "d_mean"): ("mean Δ KL (trained − init)", "bits", ""),
     ("open_set", "tau"): ("null distance τ", "distance", "the null component's learned distance"),
     ("open_set", "auroc_random_null_sd"): ("SD of AUROC for a random score", "AUROC", ""),
+    ("open_set", "earlier_pool_verdict"): (
+        "verdict on the earlier OOD pool (digits 7–9 and noise, without the natural patches)",
+        "verdict",
+        "the rule before issue 25, computed in the same run; not used",
+    ),
+    ("open_set", "earlier_pool_criteria"): (
+        "criteria on the earlier OOD pool (digits 7–9 and noise), measured",
+        "as each criterion",
+        "the same C1–C6 as the verdict's, on the pool before issue 25",
+    ),
 }
