@@ -110,7 +110,7 @@ from implicit_em.experiments._base import (
 from implicit_em.experiments.cross_entropy_regime import DistanceClassifier
 from implicit_em.objectives import constrained_cross_entropy, lse
 
-__all__ = ["EXPERIMENT", "Config", "auroc", "run"]
+__all__ = ["EXPERIMENT", "Config", "auroc", "natural_patches", "run"]
 
 KNOWN = 7  # classes 0..6 are known; 7, 8, 9 are the unseen ones
 SCALES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # noise images scaled away from the training mean
