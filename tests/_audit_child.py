@@ -55,10 +55,18 @@ def _walk(name: str, cfg: Config, on_interrupt: str) -> Result:
     return Result(verdict, f"{name}: {taken} steps", {"x": float(x), "steps": taken}, [c])
 
 
-def _experiment(name: str, on_interrupt: str = "raise") -> Experiment[Config]:
-    def run(cfg: Config, ctx: Context) -> Result:
-        return _walk(name, cfg, on_interrupt)
+class _Run:
+    """An experiment's ``run``: a module-level class, so that ``jobs`` > 1 can send it to a worker (pickle)."""
 
+    def __init__(self, name: str, on_interrupt: str) -> None:
+        self.name, self.on_interrupt = name, on_interrupt
+
+    def __call__(self, cfg: Config, ctx: Context) -> Result:
+        return _walk(self.name, cfg, self.on_interrupt)
+
+
+def _experiment(name: str, on_interrupt: str = "raise") -> Experiment[Config]:
+    run = _Run(name, on_interrupt)
     return Experiment(name, name.title(), f"the claim of {name}", "tests/_audit_child.py", Config, run)
 
 

@@ -8,6 +8,7 @@ the ``convert`` variant are marked slow.
 """
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 
 import _audit_child
 import implicit_em.experiments as ex
-from implicit_em.experiments import run_audit
+from implicit_em.experiments import Experiment, run_audit
 
 _TESTS = Path(__file__).resolve().parent
 _SRC = _TESTS.parent / "src"
@@ -29,16 +30,19 @@ _COMPARED = ("name", "verdict", "summary", "metrics", "criteria", "config", "con
 _RUN_SECONDS = 4 * 6 * 0.05  # the registry's sleeping time: experiments x steps x pause
 
 
-def _command(out: Path) -> list[str]:
+def _command(out: Path, *extra: str) -> list[str]:
     code = (
         f"import sys; sys.path[:0] = [{str(_SRC)!r}, {str(_TESTS)!r}]; import _audit_child; "
         "sys.exit(_audit_child.main(sys.argv[1:]))"
     )
-    return [sys.executable, "-c", code, "audit", "--out", str(out)]
+    return [sys.executable, "-c", code, "audit", "--out", str(out), *extra]
 
 
-def _start(out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(_command(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def _start(out: Path, *extra: str) -> subprocess.Popen[str]:
+    # a session of its own, so that a test can see whether any of its processes (the workers) outlive it
+    return subprocess.Popen(
+        _command(out, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
 
 
 def _wait_for(stream: IO[str], marker: str, timeout: float = 60.0) -> list[str]:
@@ -161,3 +165,61 @@ def test_sigint_during_an_experiment_that_converts_it_is_not_recorded(
     tmp_path: Path, reference: dict[str, Any]
 ) -> None:
     _interrupt_and_resume("convert", tmp_path, reference)
+
+
+def test_two_jobs_record_what_one_job_records(tmp_path: Path, reference: dict[str, Any]) -> None:
+    out = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ex, "EXPERIMENTS", list(_audit_child.EXPERIMENTS))
+        state = run_audit(out, progress=False, jobs=2)
+    _assert_equal_to(reference, out)  # the same records, in registry order
+    assert state["environment"]["audit_jobs"] == {"jobs": 2, "threads_per_job": 1}
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_sigint_during_a_parallel_run_stops_the_workers_saves_what_finished_and_resumes(
+    tmp_path: Path, reference: dict[str, Any]
+) -> None:
+    out = tmp_path / "run"
+    child = _start(out, "--jobs", "2")
+    assert child.stderr is not None
+    try:
+        # two run at once; the third starts when one of them has finished and been saved
+        _wait_for(child.stderr, "convert ... (not run yet)")
+        time.sleep(0.1)
+        child.send_signal(signal.SIGINT)
+        rest = child.stderr.read()
+    finally:
+        status = child.wait(timeout=60)
+        child.stderr.close()
+    assert status == 130, rest
+    assert "interrupted (SIGINT) during " in rest and "Traceback" not in rest
+    deadline = time.monotonic() + 10
+    while _group_alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group_alive(child.pid), "a worker process outlived the interrupted audit"
+    kept = _records(out)
+    assert kept and len(kept) < len(_NAMES) and list(kept) == [n for n in _NAMES if n in kept]
+    for name, rec in kept.items():
+        assert {k: rec[k] for k in _COMPARED} == {k: reference[name][k] for k in _COMPARED}, name
+    done = subprocess.run(_command(out, "--jobs", "2"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    _assert_equal_to(reference, out)
+
+
+def test_jobs_needs_experiments_a_worker_can_receive(tmp_path: Path) -> None:
+    def closure(cfg: _audit_child.Config, ctx: Any) -> Any:  # a local function does not pickle
+        return _audit_child._walk("omega", cfg, "raise")
+
+    local = [_audit_child._experiment("alpha"), Experiment("omega", "Omega", "c", "s", _audit_child.Config, closure)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ex, "EXPERIMENTS", local)
+        with pytest.raises(TypeError, match="omega: jobs > 1 runs each experiment in a worker process"):
+            run_audit(tmp_path / "run", progress=False, jobs=2)

@@ -179,6 +179,18 @@ CASES = [
     Case("--threads 0", lambda: _cli("audit", "--threads", "0"), CliError, _ONE + "argument --threads: .*positive"),
     Case("--threads -1", lambda: _cli("audit", "--threads", "-1"), CliError, "--threads: must be a positive .* -1"),
     Case("--threads x", lambda: _cli("audit", "--threads", "x"), CliError, "--threads: must be a positive .*'x'"),
+    Case(
+        "--jobs 0",
+        lambda: _cli("audit", "--jobs", "0"),
+        CliError,
+        _ONE + "argument --jobs: .*positive integer or 'auto'",
+    ),
+    Case(
+        "--jobs x",
+        lambda: _cli("audit", "--jobs", "x"),
+        CliError,
+        "--jobs: must be a positive integer or 'auto', got 'x'",
+    ),
     Case("--only ,", lambda: _cli("audit", "--only", ","), CliError, "--only: names no experiment"),
     Case("--only empty", lambda: _cli("audit", "--only", ""), CliError, "--only: names no experiment"),
     Case("--only spy,,other", lambda: _cli("audit", "--only", "spy,,other"), CliError, "--only: has an empty name"),
@@ -274,6 +286,8 @@ CASES = [
     Case("run_audit threads=0", lambda: run_audit(_dir("r"), threads=0), ValueError, "threads must be a positive"),
     Case("run_audit threads=-1", lambda: run_audit(_dir("r"), threads=-1), ValueError, "threads must be .* -1"),
     Case("run_audit threads=1.5", lambda: run_audit(_dir("r"), threads=1.5), TypeError, "threads must be .* float"),  # type: ignore[arg-type]
+    Case("run_audit jobs=0", lambda: run_audit(_dir("r"), jobs=0), ValueError, "jobs must be a positive integer"),
+    Case("run_audit jobs=2.0", lambda: run_audit(_dir("r"), jobs=2.0), TypeError, "jobs must be .* float"),  # type: ignore[arg-type]
     Case("run_audit threads=True", lambda: run_audit(_dir("r"), threads=True), TypeError, "threads must be .* bool"),
     Case("run_audit seed=-1", lambda: run_audit(_dir("r"), seed=-1), ValueError, r"seed must lie in \[0, 2\*\*32"),
     Case("run_audit seed=2**32", lambda: run_audit(_dir("r"), seed=2**32), ValueError, "seed must lie in"),

@@ -2,7 +2,7 @@
 
 import argparse
 
-__all__ = ["positive_int", "seed"]
+__all__ = ["jobs", "positive_int", "seed"]
 
 
 def positive_int(text: str) -> int:
@@ -25,3 +25,13 @@ def seed(text: str) -> int:
     if not 0 <= value < 2**32:
         raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32 - 1], got {value}")
     return value
+
+
+def jobs(text: str) -> int | None:
+    """A number of worker processes: a positive integer, or ``auto`` (None: one per CPU this process may use)."""
+    if text == "auto":
+        return None
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text!r}") from None

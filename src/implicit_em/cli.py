@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from implicit_em import _cli_fit, _cli_probe
-from implicit_em._cli_args import positive_int, seed
+from implicit_em._cli_args import jobs, positive_int, seed
 
 if TYPE_CHECKING:
     from implicit_em._cli_demo import Inputs, LawCheck, demo, law_checks
@@ -77,7 +77,13 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"argument --only: {err}")
     try:
         state = run_audit(
-            args.out, quick=not args.full, only=args.only, force=args.force, seed=args.seed, threads=args.threads
+            args.out,
+            quick=not args.full,
+            only=args.only,
+            force=args.force,
+            seed=args.seed,
+            threads=args.threads,
+            jobs=args.jobs,
         )
     except KeyboardInterrupt as err:
         print(f"{parser.prog}: interrupted: {err}", file=sys.stderr)
@@ -138,6 +144,12 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     audit.add_argument(
         "--threads", type=positive_int, default=None, help="torch threads (default: 1 quick, torch's full)"
+    )
+    audit.add_argument(
+        "--jobs",
+        type=jobs,
+        default=1,
+        help="worker processes, each running one experiment at a time ('auto': one per CPU; default 1)",
     )
     audit.add_argument("--list", action="store_true", help="list the experiments and exit")
     report = sub.add_parser("report", help="(re)write report.html of an audit run folder")
