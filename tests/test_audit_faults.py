@@ -167,13 +167,22 @@ def test_sigint_during_an_experiment_that_converts_it_is_not_recorded(
     _interrupt_and_resume("convert", tmp_path, reference)
 
 
-def test_two_jobs_record_what_one_job_records(tmp_path: Path, reference: dict[str, Any]) -> None:
+def test_two_jobs_record_what_one_job_records(
+    tmp_path: Path, reference: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import implicit_em.experiments.runner as runner
+
     out = tmp_path / "run"
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ex, "EXPERIMENTS", list(_audit_child.EXPERIMENTS))
-        state = run_audit(out, progress=False, jobs=2)
+        mp.setattr(runner, "_SLOW_FIRST", ("omega", "convert"))  # the hint of a fresh folder: these start first
+        state = run_audit(out, progress=True, jobs=2)
     _assert_equal_to(reference, out)  # the same records, in registry order
     assert state["environment"]["audit_jobs"] == {"jobs": 2, "threads_per_job": 1}
+    started = [
+        line.split("] ", 2)[-1].split(" ...")[0] for line in capsys.readouterr().err.splitlines() if " ... (" in line
+    ]
+    assert started == ["omega", "convert", "alpha", "swallow"]
 
 
 def _group_alive(pgid: int) -> bool:

@@ -14,7 +14,8 @@ different size or seed starts a new run. So results of different code are never 
 
 With ``jobs`` > 1 the experiments that need running go to that many worker processes (started by ``spawn``, so
 none inherits the runner's threads; each runs ``threads`` torch threads, default 1 at quick size), the slowest of
-the last run in this folder first and otherwise in registry order; ``results.json`` is rewritten after each one
+the last run in this folder first (in a fresh folder the quick audit's known slow ones, ``_SLOW_FIRST``), the
+rest in registry order; ``results.json`` is rewritten after each one
 finishes and lists them in registry order. An experiment's numbers do not depend on the process it ran in (each
 seeds itself from its config): a run with ``jobs=2`` records what ``jobs=1`` records. The workers ignore SIGINT;
 the runner, on an interrupt, saves what finished, stops the workers and raises as below.
@@ -56,6 +57,11 @@ __all__ = ["available_cpus", "run_audit", "select"]
 # library versions an experiment's result depends on: a change reruns it on resume
 _VERSION_KEYS = ("torch", "numpy", "scikit-learn", "transformers", "python")
 
+
+# the slowest experiments of the quick audit, slowest first (issue 26's session, quick seed 0 on 2 loaded cores):
+# a fresh parallel run starts them first so that no worker is left with a long one at the end. Only the order in
+# which workers take experiments depends on it; an earlier run in the folder overrides it with its own times.
+_SLOW_FIRST = ("specialisation", "two_timescale", "gd_vs_em_step", "normalisation_as_volume", "bayes_necessity")
 
 # seeds go to numpy, torch and scikit-learn; the last accepts [0, 2**32 - 1]
 _MAX_SEED = 2**32 - 1
@@ -426,8 +432,10 @@ def _parallel(
                 f"{task.exp.name}: jobs > 1 runs each experiment in a worker process, and this one cannot be sent "
                 f"to one ({type(err).__name__}: {err}); define its run function at module level, or use jobs=1"
             ) from err
-    last = {name: rec.get("seconds", 0.0) for name, rec in state["experiments"].items()}
-    pending = sorted(tasks, key=lambda t: -float(last.get(t.exp.name) or 0.0))  # stable: registry order on ties
+    last = {name: float(rec.get("seconds") or 0.0) for name, rec in state["experiments"].items()}
+    hint = {name: i for i, name in enumerate(_SLOW_FIRST)}
+    # slowest last time first, then the hint, then registry order (sorted is stable)
+    pending = sorted(tasks, key=lambda t: (-last.get(t.exp.name, 0.0), hint.get(t.exp.name, len(hint))))
     order = [e.name for e in chosen]
     executor = _executor(pool, len(pending))
     in_flight: dict[Future[tuple[Result, float]], _Task] = {}
