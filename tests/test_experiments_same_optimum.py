@@ -2,6 +2,7 @@
 ``GaussianMixture.score``, its gap measures and fixed-point test give known answers, and the quick run decides
 by its stated rule."""
 
+import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any
@@ -155,18 +156,133 @@ def test_off_path_ignores_pace_but_not_route() -> None:
     assert so.off_path(route, [route[0], route[0]]) == pytest.approx(3.0)  # a route that goes nowhere
 
 
-def test_passes_to_and_the_verdict_rule() -> None:
+def test_passes_to_and_the_verdict_rules() -> None:
     assert so.passes_to([-5.0, -1.0, -0.005, 0.0], 0.0, 0.01) == 2
     assert so.passes_to([0.0, -1.0, -1.0], 0.0, 0.01) == -1  # pass 0 does not count
-    table = {
-        (fixed, path, controls): so.decide(fixed, path, controls)
-        for fixed, path, controls in itertools.product((True, False), repeat=3)
-    }
-    assert table[(True, True, True)] == "SUPPORTED"
-    assert table[(True, True, False)] == "PARTIAL"
-    assert {table[(True, False, c)] for c in (True, False)} == {"PARTIAL"}
-    assert {table[(False, True, c)] for c in (True, False)} == {"PARTIAL"}
-    assert {table[(False, False, c)] for c in (True, False)} == {"REFUTED"}
+    old = {c: so.decide_issue10(*c) for c in itertools.product((True, False), repeat=3)}
+    assert old[(True, True, True)] == "SUPPORTED" and old[(True, True, False)] == "PARTIAL"
+    assert (
+        {old[(True, False, c)] for c in (True, False)} == {old[(False, True, c)] for c in (True, False)} == {"PARTIAL"}
+    )
+    assert {old[(False, False, c)] for c in (True, False)} == {"REFUTED"}
+    new = {c: so.decide(*c) for c in itertools.product((True, False), repeat=3)}
+    assert new[(True, True, True)] == "SUPPORTED"
+    assert {new[(True, s, c)] for s, c in ((True, False), (False, True), (False, False))} == {"PARTIAL"}
+    assert {new[(False, s, c)] for s, c in itertools.product((True, False), repeat=2)} == {"REFUTED"}
+
+
+# --- the certified arms: objective, gradient, Hessian, certificates ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(problem: dict[str, Any]) -> dict[str, Any]:
+    """A 200-row problem for finite differences and autograd Hessians."""
+    x = problem["x"][:200]
+    return {"pr": so.problem(x, 3), "start": so._start(x, 3, np.random.RandomState(2)), "x": x}
+
+
+def test_pack_round_trips_and_the_objective_is_the_scorer(problem: dict[str, Any]) -> None:
+    pr = so.problem(problem["x"], 3)
+    theta = so.pack(problem["start"], pr)
+    assert theta.shape == (so.n_params(3, 2),)
+    back = so.unpack(theta, pr)
+    for a, b in zip(back, problem["start"], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    expected = so.score(problem["data"], problem["start"], problem["shift"])  # the library's scorer
+    offset = pr.d * np.log(pr.scale)  # the mean log-likelihood of u = (x − shift) / scale
+    assert float(so.mean_loglik(theta, pr)) - offset == pytest.approx(expected, abs=1e-12)
+    assert float(so.mean_loglik_direct(theta, pr.u, 3, 2)) - offset == pytest.approx(expected, abs=1e-12)
+    shifted = theta.clone()
+    shifted[:3] += 5.0  # the common logit shift changes nothing
+    assert float(so.mean_loglik(shifted, pr)) == pytest.approx(float(so.mean_loglik(theta, pr)), abs=1e-13)
+
+
+def test_gradient_against_central_differences(tiny: dict[str, Any]) -> None:
+    pr = tiny["pr"]
+    theta = so.pack(tiny["start"], pr) + 0.1 * torch.randn(
+        so.n_params(3, 2), generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    _, g = so.gradient(theta, pr)
+    _, g_fast = so.gradient(theta, pr, direct=False)
+    torch.testing.assert_close(g_fast, g, rtol=0, atol=1e-12)
+    h = 1e-6
+    fd = torch.stack(
+        [
+            (so.mean_loglik_direct(theta + h * e, pr.u, 3, 2) - so.mean_loglik_direct(theta - h * e, pr.u, 3, 2))
+            / (2 * h)
+            for e in torch.eye(len(theta), dtype=torch.float64)
+        ]
+    )
+    torch.testing.assert_close(g, fd, rtol=0, atol=1e-8)
+
+
+def test_hessian_against_autograd_and_differences_of_the_gradient(tiny: dict[str, Any]) -> None:
+    pr = tiny["pr"]
+    theta = so.pack(tiny["start"], pr) + 0.1 * torch.randn(
+        so.n_params(3, 2), generator=torch.Generator().manual_seed(1), dtype=torch.float64
+    )
+    ours = so.hessian(theta, pr, chunk=64)  # several chunks
+    reference = torch.func.hessian(lambda t: so.mean_loglik_direct(t, pr.u, 3, 2))(theta)
+    torch.testing.assert_close(ours, reference, rtol=0, atol=1e-12)
+    h = 1e-5
+    fd = torch.stack(
+        [
+            (so.gradient(theta + h * e, pr)[1] - so.gradient(theta - h * e, pr)[1]) / (2 * h)
+            for e in torch.eye(len(theta), dtype=torch.float64)
+        ]
+    )
+    torch.testing.assert_close(ours, fd, rtol=0, atol=1e-7)
+    q = so.gauge_basis(3, 2)
+    torch.testing.assert_close(q.T @ q, torch.eye(q.shape[1], dtype=torch.float64), rtol=0, atol=1e-12)
+    assert float((ours @ torch.cat([torch.ones(3), torch.zeros(len(theta) - 3)]).double()).abs().max()) < 1e-12
+
+
+def test_lbfgs_and_em_reach_certified_ends_each_a_fixed_point_of_the_other(problem: dict[str, Any]) -> None:
+    pr, data, start, shift = so.problem(problem["x"], 3), problem["data"], problem["start"], problem["shift"]
+    std = float(problem["x"].std())
+    theta, norm, _, _ = so.lbfgs(so.pack(start, pr), pr, 1e-8, 5000)
+    assert norm <= 1e-8
+    em_end, em_norm, _, step = so.em_fixed_point(data, start, pr, 1e-12, 5000, 50)
+    assert step <= 1e-12 and em_norm <= 1e-8  # EM's own fixed point is stationary for gradient descent
+    gain, move, _ = so.em_polish(data, so.unpack(theta, pr), shift, 1000, 1e-12, reg_covar=0.0)
+    assert abs(gain) < 1e-10 and move / std < 1e-6  # L-BFGS's end is a fixed point of EM
+    again, _, evals, _ = so.lbfgs(so.pack(em_end, pr), pr, 1e-8, 5000)
+    assert evals == 0 and so.compare_ends(so.unpack(again, pr), em_end, data, shift, std)[0] < 1e-12
+    # from this start the two reach two different strict maxima (L-BFGS's line search leaves EM's basin):
+    # what the experiment calls "another optimum", not a slow region
+    gap, dll = so.compare_ends(so.unpack(theta, pr), em_end, data, shift, std)
+    assert gap > 0.1 and dll > 0.01
+    assert so.curvature(theta, pr)[1] < -1e-6 and so.curvature(so.pack(em_end, pr), pr)[1] < -1e-6
+    assert so.curvature(so.pack(start, pr), pr)[1] > 0  # the start is no maximum: the eigenvalues can tell
+
+
+def test_a_stopped_lbfgs_misses_the_certificate(problem: dict[str, Any]) -> None:
+    pr = so.problem(problem["x"], 3)
+    assert so.lbfgs(so.pack(problem["start"], pr), pr, 1e-8, 5, newton_max=0)[1] > 1e-8
+
+
+def test_a_planted_other_basin_is_another_certified_optimum(problem: dict[str, Any]) -> None:
+    pr, data = so.problem(problem["x"], 3), problem["data"]
+    em_end = so.em_fixed_point(data, problem["start"], pr, 1e-12, 5000, 50)[0]
+    theta, norm, _, _ = so.lbfgs(so.pack(so.planted_start(em_end), pr), pr, 1e-8, 5000)
+    assert norm <= 1e-8 and so.curvature(theta, pr)[1] < -1e-6  # certified, a strict maximum
+    gap, dll = so.compare_ends(so.unpack(theta, pr), em_end, data, problem["shift"], float(problem["x"].std()))
+    assert gap > 0.1 and dll > 0.01  # the matcher reports the difference
+
+
+def test_em_with_other_fixed_points_fails_the_gradient_test(problem: dict[str, Any]) -> None:
+    pr, data = so.problem(problem["x"], 3), problem["data"]
+    _, norm, _, step = so.em_fixed_point(data, problem["start"], pr, 1e-12, 5000, 50, reg_covar=0.1)
+    assert step <= 1e-12 and norm > 1e-4  # its own fixed point, not the likelihood's stationary point
+
+
+def test_fisher_and_xu_jordan_hold_and_can_fail(problem: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    pr = so.problem(problem["x"], 3)
+    fisher, xu_jordan = so.fisher_and_xu_jordan(problem["data"], problem["start"], pr)
+    assert fisher < 1e-10 and xu_jordan < 1e-10
+    real = so.gradient
+    monkeypatch.setattr(so, "gradient", lambda t, p, direct=True: (real(t, p)[0], 1.01 * real(t, p)[1]))
+    assert min(so.fisher_and_xu_jordan(problem["data"], problem["start"], pr)) > 1e-3
 
 
 # --- the quick run -----------------------------------------------------------------------------------------------
@@ -192,15 +308,54 @@ def test_the_starts_are_away_from_the_optimum(result: tuple[Result, Path]) -> No
 def test_the_verdict_follows_the_criteria(result: tuple[Result, Path]) -> None:
     res, cfg = result[0], so.Config.quick()
     m, c = res.metrics, res.criteria
-    assert [x.threshold for x in c[:2]] == [cfg.fixed_gain_max, cfg.fixed_move_max]
-    floor = max(m["control: gd–gd (other mini-batch order) path gap, per start (nats/sample)"])
-    assert c[2].threshold == max(cfg.path_gap_max, floor)
-    assert c[2].measured == max(m["gd–EM path gap, per start (nats/sample)"])
-    assert c[0].measured == max(m["EM's gain from gd's end, per start (nats/sample)"])
-    assert c[5].measured == min(m["control: EM–EM path gap, per pair of starts (nats/sample)"])
-    fixed, path = c[0].passed and c[1].passed, c[2].passed and c[3].passed
-    assert res.verdict == so.decide(fixed, path, c[4].passed and c[5].passed)
-    assert all(x.passed for x in c[4:])  # both controls have power at the quick size
+    assert [x.role for x in c] == ["gate"] * 3 + ["test"] * 7 + ["identity"] * 2
+    assert [c[0].threshold, c[1].threshold, c[3].threshold] == [cfg.gtol, cfg.em_step_tol, cfg.gtol]
+    assert [x.threshold for x in c[4:6]] == [cfg.fixed_gain_max, cfg.fixed_move_max]
+    assert c[0].measured == max(m["L-BFGS's ‖∇‖ at its end, per start"])
+    assert c[4].measured == max(m["EM's gain from L-BFGS's certified end, per start (nats/sample)"])
+    kinds = m["certified ends: same point, another optimum or slow region, per start"]
+    assert c[6].measured == sum(k != "same point" for k in kinds)
+    assert c[7].measured == min(m["control: ‖∇‖ at the practical arm's end (Adam, plateau rule), per start"])
+    assert all(x.passed for x in c[:3])  # the quick size decides
+    decided = so.decide(all(x.passed for x in c[3:6]), c[6].passed, all(x.passed for x in c[7:10]))
+    assert res.verdict == decided
+    assert all(x.passed for x in c[7:10])  # every control has power at the quick size
+    assert m["verdict under the issue-10 rule (practical arm decides)"] in ("SUPPORTED", "PARTIAL", "REFUTED")
+
+
+def _small() -> so.Config:
+    return dataclasses.replace(so.Config.quick(), n=1500, n_starts=2, passes=8)
+
+
+def test_a_non_converged_deciding_arm_makes_it_undecided(tmp_path: Path) -> None:
+    cfg = dataclasses.replace(_small(), lbfgs_max_evals=5, newton_max=0)  # L-BFGS stopped early
+    res = so.EXPERIMENT.run(cfg, Context(tmp_path))
+    assert res.verdict == "UNDECIDED" and not res.criteria[0].passed
+    cfg = dataclasses.replace(_small(), em_max_iter=2, em_block=1)  # EM stopped early
+    res = so.EXPERIMENT.run(cfg, Context(tmp_path))
+    assert res.verdict == "UNDECIDED" and not res.criteria[1].passed
+
+
+def test_a_planted_other_basin_fails_the_comparison(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = so.lbfgs
+
+    def elsewhere(theta: torch.Tensor, pr: so.Problem, *args: Any) -> tuple[torch.Tensor, float, int, int]:
+        end = real(theta, pr, *args)[0]  # then on from a merge/split of its end: another basin
+        return real(so.pack(so.planted_start(so.unpack(end, pr)), pr), pr, *args)
+
+    monkeypatch.setattr(so, "lbfgs", elsewhere)
+    res = so.EXPERIMENT.run(_small(), Context(tmp_path))
+    kinds = res.metrics["certified ends: same point, another optimum or slow region, per start"]
+    assert set(kinds) == {"another optimum"} and not res.criteria[6].passed
+    assert all(x.passed for x in res.criteria[3:6])  # each end is still a fixed point of the other method
+    assert res.verdict == "PARTIAL"
+
+
+def test_em_with_other_fixed_points_is_refuted(tmp_path: Path) -> None:
+    res = so.EXPERIMENT.run(dataclasses.replace(_small(), em_reg_covar=0.1), Context(tmp_path))
+    assert not res.criteria[3].passed and res.verdict in ("REFUTED", "UNDECIDED")
+    if res.verdict == "UNDECIDED":  # only a slow region may stop it from deciding
+        assert not res.criteria[2].passed
 
 
 def test_figures_written(result: tuple[Result, Path]) -> None:

@@ -64,6 +64,12 @@ UNITS: dict[str, list[tuple[str, str]]] = {
         (r"gap between EM and GD", "absolute"),
     ],
     "same_optimum": [
+        (r"‖∇‖", "gradient norm"),
+        (r"eigenvalues", "curvature (per θ unit²)"),
+        (r"last step", "θ units"),
+        (r"relative residual", "relative"),
+        (r"evaluations and Newton", "count"),
+        (r"^certified ends:", "class"),
         (r"held-out", "nats/sample"),
         (r"stopped by", "yes/no"),
         (r"smallest weight", "fraction"),
