@@ -81,7 +81,8 @@ merge/split control went back to EM's optimum at seed 101 (no power) and at seed
 unbounded there), and EM needed the library's jitter at one start (its end ‖∇‖ 8e-5, smallest eigenvalue −3e5).
 Chosen on it, before any deciding run: the Wishart prior (a bounded objective both methods optimise exactly),
 gating per start (the brief's "that start is UNDECIDED-gated"), c2 as a planted stationary point that is certain to
-be one. PILOT_V2
+be one. This version's own pilot (quick seeds 100 and 101, run
+before the deciding runs) is reported in docs/audit.md's rule-change list.
 
 Earlier rules. Issue 10: one k-means start (already EM's optimum at the full size) and "passes to come within
 0.01 nats of EM's final value" were replaced by the practical arm's fixed-point and path tests. Issue 25: those
