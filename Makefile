@@ -10,7 +10,7 @@ TORCH  := torch==2.13.0
 DEMO_SPEC := -e .
 TEST_SPEC := -e ".[dev,hf,tensorboard,lightning,parquet,safetensors]"
 
-.PHONY: install demo test test-all lint clean
+.PHONY: install demo test test-long test-all lint clean
 
 define install_into_venv
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ demo: $(VENV)/.installed-demo
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
+
+# The tests make test leaves out for time (tests/long_tests.txt); CI runs both.
+test-long: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -m "long and not slow"
 
 test-all: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m ""

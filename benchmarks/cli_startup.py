@@ -27,6 +27,8 @@ COMMANDS: dict[str, list[str]] = {
     "implicit-em fit --help": ["-m", "implicit_em.cli", "fit", "--help"],
     "implicit-em audit --help": ["-m", "implicit_em.cli", "audit", "--help"],
     "implicit-em probe --help": ["-m", "implicit_em.cli", "probe", "--help"],
+    "implicit-em windtunnel --help": ["-m", "implicit_em.cli", "windtunnel", "--help"],
+    "implicit-em windtunnel train --help (imports torch)": ["-m", "implicit_em.cli", "windtunnel", "train", "--help"],
     "fit on a missing file (error)": ["-m", "implicit_em.cli", "fit", "missing.npy", "--n-components", "2"],
     "fit --out a directory (error)": ["-m", "implicit_em.cli", "fit", "x.csv", "--n-components", "2", "--out", "d.npz"],
     "audit --only '' (error)": ["-m", "implicit_em.cli", "audit", "--only", ""],

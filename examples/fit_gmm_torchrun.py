@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             if args.out:
                 summary["model"] = str(gm.save(args.out))
             print(json.dumps(summary), flush=True)
+        dist.barrier()  # every process done before any tears its connections down (gloo aborts otherwise)
         return summary
     finally:
         dist.destroy_process_group()

@@ -7,6 +7,7 @@ switches the checker off for a test of the library's own ``ValueError`` on an ar
 """
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,3 +46,26 @@ def _python_default_sigint() -> object:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, before if before is not None else signal.SIG_DFL)
+
+
+def long_entries() -> list[str]:
+    """The entries of ``tests/long_tests.txt``: the tests ``make test`` leaves out and CI runs."""
+    text = (Path(__file__).parent / "long_tests.txt").read_text()
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+@pytest.hookimpl(tryfirst=True)  # before the -m selection reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``long`` each test named in ``tests/long_tests.txt``, directly or through its module's fixture."""
+    tests, fixtures = set(), set()
+    for entry in long_entries():
+        path, _, name = entry.partition("::")
+        if name.startswith("fixture:"):
+            fixtures.add((path, name.removeprefix("fixture:")))
+        else:
+            tests.add(entry)
+    for item in items:
+        path, _, rest = item.nodeid.partition("::")
+        base = f"{path}::{rest.split('[')[0]}"
+        if base in tests or any((path, f) in fixtures for f in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.long)

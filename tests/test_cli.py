@@ -1,5 +1,8 @@
 """Tests of the `implicit-em` command: the demo's law checks hold, and the controls visibly break them."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -89,17 +92,19 @@ def test_replacement_is_a_flag(args: list[str], expected: bool | None) -> None:
 
 def test_training_logs_go_through_tqdm(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
     """While a run trains, the log handlers write with tqdm.write, so a log line never breaks the bar."""
+    import importlib
     import logging
 
-    import implicit_em.windtunnel.__main__ as wt
+    from implicit_em.windtunnel.train import NonFiniteLossError
 
     seen: list[list[str]] = []
 
     def fake_train(*args: object, **kwargs: object) -> object:
         seen.append([type(h).__name__ for h in logging.getLogger().handlers])
-        raise wt.NonFiniteLossError("stop here", step=0, loss=float("nan"))
+        raise NonFiniteLossError("stop here", step=0, loss=float("nan"))
 
-    monkeypatch.setattr(wt, "train", fake_train)
+    # the command imports train when it runs (not at start-up): the module's function is what it calls
+    monkeypatch.setattr(importlib.import_module("implicit_em.windtunnel.train"), "train", fake_train)
     assert main(["windtunnel", "train", "--preset", "tiny", "--out", str(tmp_path)]) == 1
     assert seen and "_TqdmLoggingHandler" in seen[0]
 
@@ -126,3 +131,17 @@ def test_help_text_has_no_rst_markup(command: list[str], capsys: pytest.CaptureF
     assert "usage:" in out  # the help was printed, so the checks below read it
     for markup in ("``", ":class:", ":func:", ":math:", ":meth:"):
         assert markup not in out, (markup, out)
+
+
+def test_the_windtunnel_package_loads_its_names_on_first_use_and_train_stays_the_function() -> None:
+    code = (
+        "import sys, types\n"
+        "import implicit_em.windtunnel as wt\n"
+        "print('torch' in sys.modules)\n"
+        "import implicit_em.windtunnel.train\n"  # the submodule: the import system binds the package's `train`
+        "from implicit_em.windtunnel import train, StickyTestbed, WindTunnelConfig\n"
+        "print(callable(train) and not isinstance(train, types.ModuleType), train.__module__)\n"
+        "print(sorted(set(wt.__all__) - set(dir(wt))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split("\n")[:3] == ["False", "True implicit_em.windtunnel.train", "[]"], done.stderr

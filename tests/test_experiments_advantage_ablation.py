@@ -1,6 +1,8 @@
 """The advantage_ablation experiment: the score-gradient surgery against autograd in float64, the ablated models
-against the originals, the decision rule on planted metrics, and the quick run's controls."""
+against the originals, the decision rule on planted metrics, the gates (a non-tracking arm A gives UNDECIDED), a
+planted effect (an ablation arm made equal to A gives the falsifier reading), and the quick run (slow)."""
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -12,16 +14,19 @@ import torch
 from implicit_em.experiments import advantage_ablation as aa
 from implicit_em.experiments._ablation import (
     MODES,
+    ablated_sticky,
     ablated_transformer,
     final_residual,
     query_key_weights,
     routed_softmax,
     row_permutations,
     single_head,
+    sticky_query_key_weights,
 )
 from implicit_em.experiments._base import Context
 from implicit_em.experiments.sticky_sculpting import SHAPES, single_head_logits
 from implicit_em.windtunnel.models import CausalTransformer
+from implicit_em.windtunnel.sticky import StickyTestbed, parameter_groups
 
 F64 = torch.float64
 TOL = {"rtol": 1e-12, "atol": 1e-14}
@@ -170,14 +175,68 @@ def test_zero_mode_leaves_the_transformers_query_and_key_weights_where_adam_foun
     assert not torch.equal(model.blocks[0].attn.qkv.weight[32:], values_before)  # the value rows did train
 
 
+def test_ablated_sticky_in_exact_mode_is_the_testbeds_transformer() -> None:
+    tb = StickyTestbed(length=10, n_features=5, d_model=16, d_ff=32)
+    x = torch.randn(3, 10, 5, generator=torch.Generator().manual_seed(0), dtype=F64)
+    ours = ablated_sticky(tb.model(3), "exact", perm_seed=0).double()
+    ref = tb.model(3).double()
+    torch.testing.assert_close(ours(x), ref(x), **TOL)
+    ours(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for (name, p), q in zip(ours.named_parameters(), ref.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, **TOL, msg=name)
+    # the surgery keeps the named groups (another experiment addresses W_V by name)
+    assert [len(v) for v in parameter_groups(ours).values()] == [len(v) for v in parameter_groups(ref).values()]
+
+
+@pytest.mark.parametrize("mode", ["zero", "no_baseline", "permuted"])
+def test_ablated_sticky_changes_only_the_score_gradient(mode: str) -> None:
+    tb = StickyTestbed(length=10, n_features=5, d_model=16, d_ff=32)
+    x = torch.randn(3, 10, 5, generator=torch.Generator().manual_seed(1), dtype=F64)
+
+    def grads(m: str) -> dict[str, torch.Tensor]:
+        model = ablated_sticky(tb.model(0), m, perm_seed=2).double()  # type: ignore[arg-type]
+        model(x).square().sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    exact, ablated = grads("exact"), grads(mode)
+    # downstream of the last attention's scores nothing changes: that layer's W_V, W_O, its MLP, ln_f and the head
+    same = ("blocks.1.attn.W_V.", "blocks.1.attn.W_O.", "blocks.1.ln2.", "blocks.1.mlp.", "ln_f.", "head.")
+    for name in exact:
+        if name.startswith(same):
+            torch.testing.assert_close(ablated[name], exact[name], **TOL, msg=name)
+        if mode == "zero" and (".W_Q." in name or ".W_K." in name):
+            assert float(ablated[name].abs().max()) == 0.0, name
+    assert not torch.allclose(ablated["blocks.1.attn.W_Q.weight"], exact["blocks.1.attn.W_Q.weight"])
+
+
+def test_zero_mode_leaves_the_sticky_query_and_key_weights_where_adam_found_them() -> None:
+    tb = StickyTestbed(length=10, n_features=5, d_model=16, d_ff=32)
+    model = ablated_sticky(tb.model(0), "zero", perm_seed=0)
+    before = sticky_query_key_weights(model)
+    values_before = model.blocks[0].attn.W_V.weight.detach().clone()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = tb.sample_xy(4, torch.Generator().manual_seed(1))
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x).reshape(-1, 8), y.reshape(-1)).backward()
+        opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(sticky_query_key_weights(model), before, strict=True))
+    assert not torch.equal(model.blocks[0].attn.W_V.weight, values_before)
+
+
 # --- the decision rule on planted metrics --------------------------------------------------------------------
 
 
-def _planted(a_kl: float, b_kl: float, d_kl: float, sig: dict[str, tuple[float, float]]) -> dict[str, float]:
+def _planted(
+    a_kl: float, b_kl: float, d_kl: float, sig: dict[str, tuple[float, float]], plateau: float = 0.1
+) -> dict[str, float]:
     m = {"no_context_kl": 1.0, "A_kl": a_kl, "B_kl": b_kl, "D_kl": d_kl, "B_qk_change": 0.0}
     for name, (pc1, rho) in sig.items():
         m[f"{name}_pc1"], m[f"{name}_spearman_abs"] = pc1, rho
     m["B_over_A_kl"], m["D_over_A_kl"] = b_kl / a_kl, d_kl / a_kl
+    m["A_track_ratio_max"], m["A_plateau_in_bars_max"] = a_kl / m["no_context_kl"], plateau
     return m
 
 
@@ -203,14 +262,106 @@ def test_task_outcome_on_planted_metrics(
     assert aa._task_outcome(criteria) == expected
 
 
+def test_not_plateaued_is_undecided() -> None:
+    sig = {"init": FLAT, "A": GOOD, "B": FLAT, "D": FLAT}
+    crit = aa._task_criteria("t", _planted(0.01, 0.5, 0.6, sig, plateau=1.5), aa.Config.quick())
+    assert not crit["A_plateau"].passed and crit["A_plateau"].role == "gate"
+    assert aa._task_outcome(crit) == "undecided"
+
+
 def test_verdict_combines_the_tasks() -> None:
-    assert aa._decide({"bijection": "falsifier", "sticky": "undecided"}, True) == "REFUTED"
-    assert aa._decide({"bijection": "necessary", "sticky": "necessary"}, True) == "SUPPORTED"
-    assert aa._decide({"bijection": "necessary", "sticky": "undecided"}, True) == "PARTIAL"
-    assert aa._decide({"bijection": "falsifier", "sticky": "falsifier"}, False) == "PARTIAL"
+    assert aa._decide({"bijection": "falsifier", "sticky": "between"}) == "REFUTED"
+    assert aa._decide({"bijection": "necessary", "sticky": "necessary"}) == "SUPPORTED"
+    assert aa._decide({"bijection": "necessary", "sticky": "between"}) == "PARTIAL"
 
 
-# --- the quick run --------------------------------------------------------------------------------------------
+def test_a_failed_gate_on_either_task_makes_the_verdict_undecided() -> None:
+    cfg = aa.Config.quick()
+    good = {"init": FLAT, "A": GOOD, "B": FLAT, "D": FLAT}
+    necessary = aa._task_criteria("t", _planted(0.01, 0.5, 0.6, good), cfg)
+    falsifier = aa._task_criteria("t", _planted(0.01, 0.015, 0.6, {**good, "B": GOOD}), cfg)
+    not_tracking = aa._task_criteria("t", _planted(0.5, 5.0, 6.0, good), cfg)  # A does not track, B, D 10x worse
+    assert aa._verdict({"bijection": necessary, "sticky": necessary}, [])[0] == "SUPPORTED"
+    assert aa._verdict({"bijection": falsifier, "sticky": necessary}, [])[0] == "REFUTED"
+    verdict, outcomes = aa._verdict({"bijection": falsifier, "sticky": not_tracking}, [])
+    assert verdict == "UNDECIDED" and outcomes["sticky"] == "undecided"  # never PARTIAL, and not REFUTED either
+    assert aa._verdict({"bijection": not_tracking, "sticky": necessary}, [])[0] == "UNDECIDED"
+
+
+# --- the gates and a planted effect on real training runs (small sizes) -------------------------------------
+
+SMOKE = dataclasses.replace(
+    aa.Config.quick(), sticky_steps=60, onehead_steps=20, onehead_train_sequences=8, sticky_eval_size=64
+)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The whole experiment with the quick bijection but 60 sticky steps: the testbed's arm A cannot track yet."""
+    return aa.run(SMOKE, Context(tmp_path_factory.mktemp("advantage_ablation_smoke")))
+
+
+def test_a_non_tracking_sticky_arm_a_gives_undecided_end_to_end(smoke: Any) -> None:
+    m = smoke.metrics
+    assert m["sticky_A_track_ratio_max"] > SMOKE.learned_fraction  # 60 steps: arm A does not track
+    assert m["outcome_sticky"] == "undecided"
+    assert smoke.verdict == "UNDECIDED"
+    failed = [c.metric for c in smoke.criteria if c.role == "gate" and not c.passed]
+    assert any(c.startswith("sticky: max over seeds of KL_A") for c in failed)
+    assert smoke.summary.startswith("Undecided: a gate failed")
+    # the identities hold and are reported as such, not as evidence
+    ids = [c for c in smoke.criteria if c.role == "identity"]
+    assert len(ids) == 7 and all(c.passed for c in ids)
+    assert m["bijection_B_qk_change"] == 0.0 and m["sticky_B_qk_change"] == 0.0 and m["onehead_B_qk_change"] == 0.0
+    assert smoke.figures
+
+
+def test_replacing_arm_a_by_a_non_tracking_one_gives_undecided() -> None:
+    """The quick bijection's own arms, with arm A's record replaced by the untrained model's: UNDECIDED."""
+    cfg = SMOKE
+    seed = aa._bijection_seed(cfg, 0)
+    runs = {k: [seed[k]] for k in ("init", *aa.ARMS)}
+    floors = [seed["floor"]["kl"]]
+    honest = aa._task_criteria("bijection", aa._summarise(runs, floors, cfg), cfg)
+    assert honest["A_tracks"].passed  # the quick bijection's arm A tracks at seed 0
+    fake_a = {**seed["init"], **{k: seed["A"][k] for k in ("kl_history", "plateau_drop", "plateau_change")}}
+    fake_a["kl"] = seed["init"]["kl"]
+    swapped = aa._task_criteria("bijection", aa._summarise({**runs, "A": [fake_a]}, floors, cfg), cfg)
+    assert not swapped["A_tracks"].passed
+    assert aa._verdict({"bijection": swapped}, [])[0] == "UNDECIDED"
+
+
+def test_an_ablation_arm_made_equal_to_a_triggers_the_falsifier() -> None:
+    """Planted effect: arm D trained with the exact gradient (so D = A: same init, stream and steps) must read as
+    the falsifier (within 2x of A, signature present) and the verdict REFUTED; the honest arms do not."""
+    cfg = SMOKE
+    # seed 1: the quick bijection's arm A passes every gate there (at seed 0 its |ρ| misses the signature gate)
+    planted = aa._bijection_seed(cfg, 1, arms={"A": "exact", "B": "zero", "C": "no_baseline", "D": "exact"})
+    assert planted["D"]["kl"] == planted["A"]["kl"]
+    runs = {k: [planted[k]] for k in ("init", *aa.ARMS)}
+    crit = aa._task_criteria("bijection", aa._summarise(runs, [planted["floor"]["kl"]], cfg), cfg)
+    assert all(c.passed for c in crit.values() if c.role == "gate")
+    assert crit["D_ratio_falsifier"].passed and aa._task_outcome(crit) == "falsifier"
+    assert aa._verdict({"bijection": crit}, [])[0] == "REFUTED"
+
+
+def test_a_sticky_ablation_arm_made_equal_to_a_reads_as_the_falsifier_in_kl() -> None:
+    """Planted effect on the testbed's own training runs (30 steps, small windows): arm D trained with the exact
+    gradient equals A (same init, stream and steps), so its KL ratio is 1 and the KL reading says "falsifier"; the
+    honest zero-gradient arm B differs from A. (The sticky half's signature gate fails at every seed, see
+    docs/audit.md, so the verdict itself cannot be planted end to end there.)"""
+    cfg = dataclasses.replace(SMOKE, sticky_length=12, sticky_eval_size=32, sticky_steps=30)
+    planted = aa._sticky_seed(cfg, 0, arms={"A": "exact", "B": "zero", "C": "no_baseline", "D": "exact"})
+    assert planted["D"]["kl"] == planted["A"]["kl"] and planted["D"]["kl_history"] == planted["A"]["kl_history"]
+    assert planted["B"]["kl"] != pytest.approx(planted["A"]["kl"], rel=1e-3)  # the surgery does change training
+    runs = {k: [planted[k]] for k in ("init", *aa.ARMS)}
+    m = aa._summarise(runs, [planted["floor"]["kl"]], cfg)
+    assert m["D_over_A_kl"] == 1.0 and aa._kl_reading(m, cfg) == "falsifier"
+    crit = aa._task_criteria("sticky", m, cfg)
+    assert crit["D_ratio_falsifier"].passed
+
+
+# --- the quick run (slow: about two minutes on one thread) ---------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -218,42 +369,51 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return aa.run(aa.Config.quick(), Context(tmp_path_factory.mktemp("advantage_ablation")))
 
 
-def test_quick_run_controls_hold(quick: Any) -> None:
+@pytest.mark.slow
+def test_quick_run_controls_hold_and_arm_a_tracks(quick: Any) -> None:
     m, cfg = quick.metrics, aa.Config.quick()
     for key in ("exact_vs_autograd", "no_baseline_minus_exact", "zero", "permuted_vs_exact"):
         assert m[f"check_{key}"] <= 1e-12
     assert m["bijection_B_qk_change"] == 0.0 and m["sticky_B_qk_change"] == 0.0  # the surgery removed the gradient
-    # the random init sits near the no-context floor, and the exact gradient learns the bijection
+    # the random init sits near the no-context floor, and the exact gradient learns both tasks
     assert m["bijection_init_kl"] >= 0.5 * m["bijection_no_context_kl"]
-    assert m["bijection_A_kl"] <= cfg.learned_fraction * m["bijection_no_context_kl"]
+    assert m["bijection_A_track_ratio_max"] <= cfg.learned_fraction
+    assert m["sticky_A_track_ratio_max"] <= cfg.learned_fraction
     # the exact no-context KL of the bijection (V = 6, L = 5): mean over t of log2 6 - log2(6 - t + 1)
     floor = sum(math.log2(6) - math.log2(6 - t + 1) for t in range(1, 6)) / 5
     assert m["bijection_no_context_kl"] == pytest.approx(floor, rel=1e-12)
     assert m["outcome_bijection"] in ("necessary", "falsifier", "between", "undecided")
     assert len(m["bijection_A_kl_per_seed"]) == cfg.n_seeds
+    # the one-head setting is reported and, as documented, does not track
+    assert m["onehead_A_tracks"] == "no"
     assert quick.figures and all(c.metric for c in quick.criteria)
 
 
+@pytest.mark.slow
 def test_quick_run_arms_differ_where_the_surgery_differs(quick: Any) -> None:
     m = quick.metrics
     # same init, data and steps: if the surgery did nothing, every arm would end at A's numbers
-    kls = [m[f"bijection_{a}_kl"] for a in ("A", "B", "C", "D")]
-    assert len({round(k, 12) for k in kls}) == 4
-    assert m["bijection_D_kl"] != pytest.approx(m["bijection_A_kl"], rel=1e-3)
+    for task in ("bijection", "sticky"):
+        kls = [m[f"{task}_{a}_kl"] for a in ("A", "B", "C", "D")]
+        assert len({round(k, 12) for k in kls}) == 4
+        assert m[f"{task}_D_kl"] != pytest.approx(m[f"{task}_A_kl"], rel=1e-3)
 
 
 def test_full_config_is_the_issue_setting() -> None:
     full = aa.Config.full()
-    assert full.n_symbols == 20 and full.n_seeds >= 3
-    assert (full.ratio_necessary, full.ratio_falsifier) == (10.0, 2.0)
-    assert (full.stay, full.noise) == (0.8, 3.0)  # sticky_sculpting's setting where context matters
+    assert full.n_symbols == 20 and full.n_seeds >= 5
+    assert (full.ratio_necessary, full.ratio_falsifier, full.learned_fraction) == (10.0, 2.0, 0.1)
+    assert (full.onehead_stay, full.onehead_noise) == (0.8, 3.0)  # the pre-issue-25 one-head setting, reported
+    tb = full.testbed()
+    assert (tb.stay, tb.noise, tb.length, tb.n_layers) == (0.9, 3.0, 32, 2)
+    assert (tb.track_fraction, tb.plateau_tol) == (full.learned_fraction, full.plateau_tol)
 
 
 def test_claim_is_the_reviews_falsifier_as_written() -> None:
     repo = Path(__file__).resolve().parents[1]
     for base in (repo.parent / "shared", repo.parent.parent / "shared"):
-        review = base / "paper" / "review-gradient-dynamics-of-attention"
+        review = base / "paper" / "review-gradient-dynamics-of-attention.json"
         if review.exists():
             assert json.loads(review.read_text())["falsifier"] == aa.EXPERIMENT.claim
             return
-    pytest.skip("no shared/paper/review-gradient-dynamics-of-attention beside this checkout")
+    pytest.skip("no shared/paper/review-gradient-dynamics-of-attention.json beside this checkout")

@@ -122,7 +122,7 @@ def test_kl_decides_too_a_position_only_predictor_matches_every_entropy_but_does
     ("softmax", "sigmoid", "expected"),
     [
         ((0.03, 0.006), (0.5, 0.4), "SUPPORTED"),  # softmax tracks, sigmoid does not
-        ((0.3, 0.2), (0.4, 0.3), "PARTIAL"),  # neither tracks: too small to decide
+        ((0.3, 0.2), (0.4, 0.3), "UNDECIDED"),  # neither tracks: too small to decide (PARTIAL before issue 25)
         ((0.001, 0.0002), (0.06, 0.01), "PARTIAL"),  # both track, sigmoid 60x worse
         ((0.03, 0.006), (0.03, 0.02), "PARTIAL"),  # MAE equal, KL 3.3x worse: not as good
         ((0.3, 0.2), (0.03, 0.006), "REFUTED"),  # sigmoid tracks where softmax does not
@@ -137,15 +137,40 @@ def test_decide_covers_the_outcomes(softmax: tuple[float, float], sigmoid: tuple
     "broken",
     [
         {"sigmoid_init_grad_sum_mean": 0.0},  # the sigmoid objective kept the law
-        {"sigmoid_hessian_offdiag_max": 1e-3},  # the classes are coupled
-        {"softmax_grad_sum_max": 1e-6},  # softmax lost the law
         {"token_mlp_kl": 0.05},  # a no-context model passed the bar: the bar means nothing
     ],
 )
-def test_a_failed_control_gives_partial_whatever_the_comparison(broken: dict[str, float]) -> None:
-    m = {**_metrics(softmax=(0.03, 0.006), sigmoid=(0.04, 0.007)), **broken}
+def test_a_failed_gate_gives_undecided_whatever_the_comparison(broken: dict[str, float]) -> None:
+    healthy = _metrics(softmax=(0.03, 0.006), sigmoid=(0.04, 0.007))
+    assert _decide(Config.full(), healthy)[0] == "REFUTED"  # the comparison alone
+    m = {**healthy, **broken}
     verdict, summary = _decide(Config.full(), m)
-    assert verdict == "PARTIAL" and "control failed" in summary
+    assert verdict == "UNDECIDED" and "gate failed" in summary
+
+
+@pytest.mark.parametrize(
+    ("broken", "name"),
+    [
+        ({"sigmoid_hessian_offdiag_max": 1e-3}, "sigmoid_hessian_offdiag_max"),  # the classes are coupled
+        ({"softmax_grad_sum_max": 1e-6}, "softmax_grad_sum_max"),  # softmax lost the law
+    ],
+)
+def test_a_broken_identity_raises_instead_of_giving_a_verdict(broken: dict[str, float], name: str) -> None:
+    """Before issue 25 these two were controls and a failure gave PARTIAL; they cannot fail on correct code, so a
+    failure is a bug and must not pass as any verdict."""
+    m = {**_metrics(softmax=(0.03, 0.006), sigmoid=(0.04, 0.007)), **broken}
+    with pytest.raises(AssertionError, match=f"identities failed.*{name}"):
+        _decide(Config.full(), m)
+
+
+def test_the_two_analytic_checks_are_identities_and_the_controls_gates(result: tuple[Result, Path]) -> None:
+    roles = {c.metric: c.role for c in result[0].criteria}
+    assert [m for m, r in roles.items() if r == "identity"] == ["sigmoid_hessian_offdiag_max", "softmax_grad_sum_max"]
+    assert [m for m, r in roles.items() if r == "gate"] == [
+        "sigmoid_init_grad_sum_mean",
+        "token_mlp_kl (negative control: no context fails the bar)",
+    ]
+    assert all(c.passed for c in result[0].criteria if c.role != "test")
 
 
 def test_summaries_average_over_seeds_and_keep_the_spread() -> None:
@@ -178,3 +203,27 @@ def test_the_mae_at_three_quarters_comes_from_the_training_history(result: tuple
         (late,) = m[f"{name}_mae_at_three_quarters_per_seed"]
         assert 0 < late < 3 and late != m[f"{name}_mae"]  # an earlier evaluation, not the final one
     assert m["token_mlp_mae_at_three_quarters_per_seed"][0] == pytest.approx(m["floor_mae"], abs=0.01)
+
+
+def test_untrained_transformers_give_undecided_not_a_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deciding arms replaced by non-tracking ones (both transformers trained for 2 steps, the MLPs as in a
+    short run): neither tracks, so the verdict must be UNDECIDED (PARTIAL before issue 25), and the identities
+    still hold on the untrained models (they hold for any logits)."""
+    import dataclasses
+
+    from implicit_em.experiments import bayes_necessity as bn
+
+    real = bn._windtunnel_config
+
+    def short(cfg: Config, model: str, loss: str, seed: int) -> Any:
+        wcfg = real(cfg, model, loss, seed)
+        if model != "transformer":
+            return wcfg
+        return dataclasses.replace(wcfg, steps=2, warmup_steps=0, eval_every=1, checkpoint_every=2)
+
+    monkeypatch.setattr(bn, "_windtunnel_config", short)
+    res = EXPERIMENT.run(dataclasses.replace(Config.quick(), steps=200), Context(tmp_path))
+    assert res.verdict == "UNDECIDED" and "Neither transformer tracks" in res.summary
+    crit = {c.metric: c for c in res.criteria}
+    assert not crit["softmax_kl (tracks the posterior)"].passed and not crit["sigmoid_kl (tracks the posterior)"].passed
+    assert all(c.passed for c in res.criteria if c.role in ("gate", "identity"))  # only the tracking failed

@@ -114,17 +114,59 @@ def test_without_normalisation_prototypes_duplicate(quick: Result) -> None:
     assert len(quick.figures) == 1
 
 
+def _lse_in_disguise(d: torch.Tensor, sigma: Any, dim: int = -1) -> torch.Tensor:
+    return -torch.logsumexp(-(d**2) / sigma**2, dim=dim)
+
+
 def test_a_correntropy_that_is_an_lse_is_refuted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Planted: replace correntropy by the normalised objective with the same kernel; C1 must then fail."""
+    """Planted: replace correntropy by the normalised objective with the same kernel, and its closed form by the
+    LSE's (so the identity holds for what is computed); C1, a test, must then fail and the verdict be REFUTED."""
+    real = cr._closed_form_weights
 
-    def lse_in_disguise(d: torch.Tensor, sigma: Any, dim: int = -1) -> torch.Tensor:
-        return -torch.logsumexp(-(d**2) / sigma**2, dim=dim)
+    def weights(objective: str, sq: torch.Tensor, cfg: cr.Config, planted: bool = False) -> torch.Tensor:
+        return real("lse" if objective == "correntropy" and not planted else objective, sq, cfg, planted)
 
-    monkeypatch.setattr(cr, "correntropy", lse_in_disguise)
+    monkeypatch.setattr(cr, "correntropy", _lse_in_disguise)
+    monkeypatch.setattr(cr, "_closed_form_weights", weights)
     with torch_threads(1):
         res = cr.run(SMALL, Context(tmp_path))
     assert not res.metrics["parts"]["C1 correntropy ignores far outliers"]
     assert res.verdict == "REFUTED"
+
+
+def test_the_closed_forms_are_identities_not_evidence(quick: Result) -> None:
+    """The three closed-form checks are recorded with role "identity" (reported, not counted); every other
+    criterion, the fits' shifts and duplicates and the controls, is a test."""
+    roles = {c.metric: c.role for c in quick.criteria}
+    ids = [m for m, r in roles.items() if r == "identity"]
+    assert sorted(ids) == sorted(f"{o}: closed-form gradient vs autograd, max relative miss" for o in cr.OBJECTIVES)
+    assert all(r == "test" for m, r in roles.items() if m not in ids)
+    assert all(c.passed for c in quick.criteria if c.role == "identity")
+    assert "C4 closed forms" not in quick.metrics["parts"]  # no longer a part the verdict reads
+
+
+def test_a_broken_closed_form_raises_instead_of_giving_a_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A closed form off by 1e-6 relative (a bug): the identity fails, and the run raises rather than returning
+    PARTIAL (the rule before issue 25) or any verdict."""
+    real = cr._closed_form_weights
+
+    def off(objective: str, sq: torch.Tensor, cfg: cr.Config, planted: bool = False) -> torch.Tensor:
+        return real(objective, sq, cfg, planted) * (1.0 if planted else 1.0 + 1e-6)
+
+    monkeypatch.setattr(cr, "_closed_form_weights", off)
+    with torch_threads(1), pytest.raises(AssertionError, match=r"identities failed.*closed-form gradient"):
+        cr.run(SMALL, Context(tmp_path))
+
+
+def test_an_lse_posing_as_correntropy_is_caught_by_the_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library's correntropy replaced by an LSE, its closed form left as correntropy's: a bug, which raises."""
+    monkeypatch.setattr(cr, "correntropy", _lse_in_disguise)
+    with torch_threads(1), pytest.raises(AssertionError, match="correntropy: closed-form gradient"):
+        cr.run(SMALL, Context(tmp_path))
 
 
 def test_outliers_that_never_come_near_give_no_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

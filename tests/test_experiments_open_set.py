@@ -30,6 +30,31 @@ def test_registered_once() -> None:
     assert [e for e in EXPERIMENTS if e.name == "open_set"] == [EXPERIMENT]
 
 
+def _paper_text() -> str:
+    repo = Path(__file__).resolve().parents[1]
+    for base in (repo.parent / "shared", repo.parent.parent / "shared"):
+        path = base / "paper" / "implicit-em-paper.md"
+        if path.exists():
+            return " ".join(path.read_text().split())
+    pytest.skip("no shared/paper/implicit-em-paper.md beside this checkout")
+
+
+def test_the_claim_quotes_the_paper_and_says_the_bar_is_the_audits_own() -> None:
+    """Issue 25: the +0.05 AUROC bar is the audit's, not §7.3's (which states no number). The claim says so in a
+    bracketed note; everything outside the brackets is the paper's text, verbatim."""
+    import re
+
+    notes = re.findall(r"\[([^\]]*)\]", EXPERIMENT.claim)
+    assert any("+0.05 AUROC" in n and "audit's own" in n and "states no number" in n for n in notes)
+    text = _paper_text()
+    quoted = [q.strip() for q in re.split(r"\[[^\]]*\]", EXPERIMENT.claim) if q.strip()]
+    assert len(quoted) == 2 and all(q in text for q in quoted)
+    section = text[text.index("### 7.3 Open Directions") : text.index("## 8 Conclusion")]
+    # §7.3's only digits are section numbers: no bar, no AUROC, no share
+    assert re.findall(r"\d+(?:\.\d+)?", section) == ["7.3", "3.4"]
+    assert "AUROC" not in section and "%" not in section
+
+
 # --- the AUROC and the scores ------------------------------------------------------------------------------------
 
 
@@ -135,14 +160,14 @@ def test_figure_written(result: tuple[Result, Path]) -> None:
 
 
 def _planted(monkeypatch: pytest.MonkeyPatch, make_ood: Any) -> None:
-    """Replace the three OOD sets by ``make_ood(held-out known images)``."""
+    """Replace the four OOD sets by ``make_ood(held-out known images)``."""
     real = exp._data
 
     def data(seed: int) -> dict[str, torch.Tensor]:
         out = real(seed)
         planted = make_ood(out["x_known"])
         half = len(planted) // 2
-        out.update(x_unseen=planted, x_uniform=planted[:half], x_marginal=planted[half:])
+        out.update(x_unseen=planted, x_uniform=planted[:half], x_marginal=planted[half:], x_natural=planted)
         return out
 
     monkeypatch.setattr(exp, "_data", data)
@@ -177,3 +202,89 @@ def test_a_broken_auroc_is_caught_by_the_random_score_control(tmp_path: Path, mo
 
 def test_null_sd_closed_form() -> None:
     assert exp._null_sd(10, 10) == pytest.approx(math.sqrt(21 / 1200))
+
+
+# --- the natural-image patches (issue 25): a structured OOD set that is not digits -------------------------------
+
+
+def _digits() -> np.ndarray:
+    from sklearn.datasets import load_digits
+
+    return load_digits().data
+
+
+def _pixel_signature(x: np.ndarray) -> dict[str, float]:
+    """What tells a digit image apart by its pixels: the share of zero pixels and the mean of the outer columns
+    (digits are strokes on a blank background, centred), and the correlation of horizontal neighbours."""
+    img = x.reshape(-1, 8, 8)
+    left, right = img[:, :, :-1].ravel(), img[:, :, 1:].ravel()
+    return {
+        "zero share": float((x == 0).mean()),
+        "border mean": float(img[:, :, [0, 7]].mean()),
+        "neighbour corr": float(np.corrcoef(left, right)[0, 1]),
+    }
+
+
+def test_natural_patches_are_on_the_digits_grid_and_scale() -> None:
+    patches = exp.natural_patches(0, 200)
+    assert patches.shape == (200, 64) and patches.dtype == np.float64
+    assert np.array_equal(patches, np.rint(patches)) and patches.min() >= 0 and patches.max() <= 16  # 0–16 integers
+    assert np.median(patches.max(1) - patches.min(1)) >= 8  # scaled by its own range (4×4 block means narrow it)
+    assert np.array_equal(exp.natural_patches(0, 200), patches)  # reproducible per seed
+    assert not np.array_equal(exp.natural_patches(1, 200), patches)  # and another draw at another seed
+    assert exp.natural_patches(0, 0).shape == (0, 64)
+
+
+def test_natural_patches_are_not_digits() -> None:
+    """Their pixel statistics are not the digits' (a signature the digits 7–9 share with 0–6, so it can fail),
+    and a linear classifier tells them from digits on held-out images almost perfectly, while it cannot tell
+    shuffled halves of the digits apart (the separability check itself can fail)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import cross_val_score
+
+    x = _digits()
+    digits, unseen = _pixel_signature(x[: len(x) // 2]), _pixel_signature(x[len(x) // 2 :])
+    natural = _pixel_signature(exp.natural_patches(3, 400))
+    assert abs(digits["zero share"] - unseen["zero share"]) < 0.05  # one digit set looks like another ...
+    assert natural["zero share"] < 0.1 < 0.4 < digits["zero share"]  # ... the patches do not
+    assert natural["border mean"] > 3.0 > 0.5 > digits["border mean"]
+    assert natural["neighbour corr"] > digits["neighbour corr"] + 0.3  # smooth natural texture, not strokes
+    rng = np.random.default_rng(0)
+    picked = x[rng.choice(len(x), 400, replace=False)]
+    both = np.concatenate([picked, exp.natural_patches(4, 400)])
+    is_natural = np.repeat([0, 1], 400)
+    clf = LogisticRegression(max_iter=2000)
+    assert cross_val_score(clf, both, is_natural, cv=4).mean() > 0.95
+    halves = np.concatenate([picked, x[rng.choice(len(x), 400, replace=False)]])
+    assert cross_val_score(clf, halves, is_natural, cv=4).mean() < 0.6  # digits against digits: chance
+
+
+def test_the_natural_set_is_in_the_pool_and_reported_per_set(result: tuple[Result, Path]) -> None:
+    m = result[0].metrics
+    assert m["n_ood"]["natural"] == m["n_ood"]["uniform"] and set(m["n_ood"]) == set(exp.OOD_SETS)
+    for score in ("msp", "null", "softmin", "min_d"):
+        assert 0.0 <= m[f"auroc_{score}_natural"]["mean"] <= 1.0
+    assert 0.0 <= m["confident_share_natural"]["mean"] <= 1.0
+    assert m["earlier_pool_verdict"] in ("SUPPORTED", "PARTIAL", "REFUTED")
+    assert list(m["earlier_pool_criteria"]) == [c.metric for c in result[0].criteria]
+    # the verdict's pool has the natural patches in it, the earlier pool does not: their numbers differ
+    assert m["earlier_pool_criteria"]["auroc_gain_null_mean"] != m["auroc_gain_null_mean"]
+
+
+def test_the_earlier_pool_does_not_see_the_natural_patches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replacing the natural patches by far noise moves the verdict's pool and leaves the earlier pool's numbers
+    bitwise as they were (it is the digits 7–9 and the two noise sets, as before issue 25)."""
+    first = exp.run(TINY, Context(tmp_path / "a")).metrics
+    real = exp._data
+
+    def data(seed: int) -> dict[str, torch.Tensor]:
+        out = real(seed)
+        out["x_natural"] = 50.0 * torch.ones_like(out["x_natural"])
+        return out
+
+    monkeypatch.setattr(exp, "_data", data)
+    second = exp.run(TINY, Context(tmp_path / "b")).metrics
+    assert second["earlier_pool_criteria"] == first["earlier_pool_criteria"]
+    assert second["earlier_pool_verdict"] == first["earlier_pool_verdict"]
+    assert second["auroc_null_natural"]["mean"] > 0.99  # far inputs: the null takes them
+    assert second["auroc_gain_null_mean"] != first["auroc_gain_null_mean"]

@@ -100,6 +100,7 @@ def _worker(rank: int, init_file: str, out_dir: str, npy: str) -> None:
     try:
         for name, (_, kind, _, _) in CASES.items():
             np.savez(Path(out_dir) / f"{name}-rank{rank}.npz", **_fit(name, _shard(kind, rank, npy)))
+        dist.barrier()  # both done before either tears its connections down (gloo aborts otherwise)
     finally:
         dist.destroy_process_group()
 
@@ -204,6 +205,7 @@ def _rejecting_worker(rank: int, init_file: str, out_dir: str, case: str) -> Non
         except ValueError as error:
             message = f"ValueError: {error}"
         (Path(out_dir) / f"{case}-rank{rank}.txt").write_text(message)
+        dist.barrier()  # both done before either tears its connections down (gloo aborts otherwise)
     finally:
         dist.destroy_process_group()
 

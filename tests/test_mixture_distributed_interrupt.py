@@ -69,6 +69,7 @@ _RANK = textwrap.dedent(
     np.savez(f"{out_dir}/rank{rank}.npz", means=gm.means_, cov=gm.covariances_, weights=gm.weights_, n=gm.n_iter_)
     kept = os.path.exists(f"{out_dir}/fit.rank{rank}of2.ckpt")  # each process keeps its own file for the rerun
     print(outcome, "KEPT" if kept else "REMOVED", flush=True)
+    dist.barrier()  # both done before either tears its connections down (gloo aborts otherwise)
     dist.destroy_process_group()
     """
 )

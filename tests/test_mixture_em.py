@@ -1,6 +1,7 @@
 """Batch EM against scikit-learn, and EM as preconditioned gradient ascent (Xu & Jordan 1996)."""
 
 import itertools
+import sys
 import warnings
 
 import numpy as np
@@ -191,11 +192,56 @@ def test_history_records_every_iteration() -> None:
     assert all(abs(sum(h["usage"]) - 1) < 1e-9 and h["seconds"] >= 0 for h in gm.history_)
 
 
-def test_verbose_shows_a_progress_bar_with_the_log_likelihood(capsys: pytest.CaptureFixture[str]) -> None:
+def test_verbose_shows_a_progress_bar_with_the_log_likelihood_on_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     with pytest.warns(ConvergenceWarning):
         GaussianMixture(2, random_state=0, verbose=1, max_iter=3, tol=0.0).fit(_blobs(k=2))
     err = capsys.readouterr().err
-    assert "GaussianMixture[em]" in err and "loglik=" in err
+    assert "GaussianMixture[em]" in err and "loglik=" in err and "iter: 1/3" not in err
+
+
+def _lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("GaussianMixture[")]
+
+
+def test_verbose_in_a_log_prints_lines_every_interval_and_where_it_stopped(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 26: a bar in a log is one line of carriage returns, shown at the end; a log gets sklearn-like lines
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    gm = GaussianMixture(2, random_state=0, verbose=1, verbose_interval=4, max_iter=9, tol=0.0, split_merge=0)
+    with pytest.warns(ConvergenceWarning):
+        gm.fit(_blobs(k=2))
+    lines = _lines(capsys.readouterr().err)
+    assert [line.split(",")[0] for line in lines] == [
+        "GaussianMixture[em] iter: 1/9",
+        "GaussianMixture[em] iter: 4/9",
+        "GaussianMixture[em] iter: 8/9",
+        "GaussianMixture[em] iter: stopped at 9/9",
+    ]
+    assert f"loglik {gm.history_[3]['loglik']:.6f}" in lines[1]
+    with pytest.raises(ValueError, match="verbose_interval"):
+        GaussianMixture(2, verbose=1, verbose_interval=0).fit(_blobs(k=2))
+
+
+def test_the_heartbeat_prints_a_line_when_the_interval_is_not_reached_in_time(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from implicit_em.mixture import _fitting
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    fit = GaussianMixture(3, random_state=0, verbose=1, verbose_interval=1000, split_merge=2)
+    fit.fit(_blobs(k=3))
+    quiet = _lines(capsys.readouterr().err)  # the first iteration, the stop and each trial's first iteration
+    monkeypatch.setattr(_fitting, "HEARTBEAT_S", 0.0)  # every iteration is "30 s" after the last line
+    fit.fit(_blobs(k=3))
+    beating = _lines(capsys.readouterr().err)
+    fitted = sum(not h.get("split_merge", False) for h in fit.history_)
+    assert fit.n_split_merge_iter_ > 0 and len(quiet) < len(beating), (quiet, beating)
+    assert len(beating) == fitted + 1 + fit.n_split_merge_iter_, beating
+    assert sum("split-and-merge trial" in line for line in beating) == fit.n_split_merge_iter_
 
 
 def test_warm_start_continues_from_the_previous_fit() -> None:

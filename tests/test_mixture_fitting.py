@@ -12,6 +12,7 @@ round-off, see ``_FLOAT64_BOUND``).
 """
 
 import dataclasses
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -278,7 +279,10 @@ def test_history_extends_the_list_it_is_given() -> None:
     assert [h["epoch"] for h in records] == [1, 2]
 
 
-def test_the_progress_bar_is_closed_when_the_fit_raises(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_progress_bar_is_closed_when_the_fit_raises(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)  # a terminal: the bar
     history = History()
     with pytest.raises(FloatingPointError, match="diverged"), history.progress(1, 3, "gd", "epoch"):
         history.epoch(1, -1.25, 0.0, torch.ones(1))
@@ -286,6 +290,21 @@ def test_the_progress_bar_is_closed_when_the_fit_raises(capsys: pytest.CaptureFi
     assert history._bar is None
     err = capsys.readouterr().err
     assert "GaussianMixture[gd]" in err and "loglik=-1.25000" in err
+
+
+def test_in_a_log_a_fit_that_raises_prints_no_stop_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    history = History()
+    with pytest.raises(FloatingPointError, match="diverged"), history.progress(1, 3, "gd", "epoch"):
+        history.epoch(1, -1.25, 0.0, torch.ones(1))
+        raise FloatingPointError("diverged")
+    err = capsys.readouterr().err  # the first epoch's line, no "stopped at" line after the error
+    assert re.fullmatch(r"GaussianMixture\[gd\] epoch: 1/3, loglik -1\.250000, \d+\.\d s\n", err), err
+    with history.progress(1, 3, "gd", "epoch"):
+        history.epoch(2, -1.0, 0.0, torch.ones(1))
+    assert capsys.readouterr().err.splitlines()[-1].startswith("GaussianMixture[gd] epoch: stopped at 2/3")
 
 
 @pytest.mark.parametrize(("fitter", "default"), [("em", CHUNK), ("online_em", 4096), ("gd", 8192)])

@@ -16,6 +16,7 @@ from implicit_em.windtunnel.sticky import (
     forward_filter,
     parameter_groups,
     plateau_change,
+    plateau_drop,
 )
 from implicit_em.windtunnel.tasks import hmm_forward_filter
 
@@ -168,14 +169,19 @@ def test_kl_of_the_posterior_itself_is_zero_and_the_no_context_kl_is_positive() 
     assert SMALL.tracking_bar(b) == pytest.approx(0.1 * nc)
 
 
-def test_plateau_change_and_gate() -> None:
+def test_plateau_change_drop_and_gate() -> None:
     assert plateau_change([1.0, 1.0, 1.0, 1.0, 1.0]) == pytest.approx(0.0)
     assert plateau_change([4.0, 3.0, 2.0, 1.0, 0.5]) == pytest.approx(0.5)  # windows of one: 1.0 -> 0.5
-    assert math.isnan(plateau_change([1.0]))
+    assert plateau_drop([4.0, 3.0, 2.0, 1.0, 0.5]) == pytest.approx(0.5)
+    assert math.isnan(plateau_change([1.0])) and math.isnan(plateau_drop([1.0]))
     h = [1.0] * 8 + [0.5, 0.5]  # windows of two: (1.0, 1.0) -> (0.5, 0.5)
-    assert plateau_change(h) == pytest.approx(0.5) and not SMALL.plateaued(h)
-    assert SMALL.plateaued([1.0] * 8 + [0.9, 0.9])
-    assert not SMALL.plateaued([1.0])
+    assert plateau_change(h) == pytest.approx(0.5) and plateau_drop(h) == pytest.approx(0.5)
+    b = SMALL.eval_batch(0)
+    bar = SMALL.plateau_bar(b)
+    assert bar == pytest.approx(0.25 * 0.1 * SMALL.no_context_kl_bits(b))
+    assert SMALL.plateaued([0.3] * 8 + [0.3 - 0.5 * bar] * 2, b)
+    assert not SMALL.plateaued([0.3] * 8 + [0.3 - 2 * bar] * 2, b)
+    assert not SMALL.plateaued([1.0], b)
 
 
 def test_fit_trains_online_and_records_the_history() -> None:
@@ -192,7 +198,7 @@ def test_fit_trains_online_and_records_the_history() -> None:
 
 
 def test_lr_schedule() -> None:
-    tb = dataclasses.replace(SMALL, lr=1.0, warmup_steps=10, steps=110)
+    tb = dataclasses.replace(SMALL, lr=1.0, warmup_steps=10, steps=110, schedule="constant")
     assert tb.lr_at(0) == pytest.approx(0.1) and tb.lr_at(9) == pytest.approx(1.0) and tb.lr_at(100) == 1.0
     cos = dataclasses.replace(tb, schedule="cosine")
     assert cos.lr_at(10) == pytest.approx(1.0) and cos.lr_at(60) == pytest.approx(0.5) and cos.lr_at(110) < 1e-12

@@ -178,7 +178,7 @@ def _fit_ks(args: argparse.Namespace, prog: str, data: Data, ks: range) -> int:
                 reg_covar=args.reg_covar,
                 n_init=args.n_init,
                 split_merge=args.split_merge,
-                verbose=int(show and len(ks) == 1),
+                verbose=int(not args.quiet and len(ks) == 1),  # a bar on a terminal, a heartbeat in a log
             )
             start = time.perf_counter()
             try:  # the options were checked: what the estimator refuses now is the data (NaN, inf, overflow)
@@ -189,6 +189,9 @@ def _fit_ks(args: argparse.Namespace, prog: str, data: Data, ks: range) -> int:
                 raise DataError(f"{data.path}: {err}") from None
             row.update(converged=bool(model.converged_), seconds=seconds, **_split_merge_counts(model))
             results.append(row)
+            if len(ks) > 1 and not args.quiet and not show:  # in a log, one line per K instead of the bar
+                print(f"{prog}: K = {k}: BIC {row['bic']:.6g}, {row['n_iter']} iterations, {seconds:.2f} s",
+                      file=sys.stderr, flush=True)  # fmt: skip
             if best is None or row["bic"] < best[1]["bic"]:
                 best = (model, row)
     total = time.perf_counter() - t0

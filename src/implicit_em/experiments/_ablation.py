@@ -21,8 +21,9 @@ s to :math:`\alpha` receives b itself as its incoming gradient and can return an
   advantages are kept, which key receives which advantage is scrambled.
 
 Values, W_O and every other parameter keep their exact gradients along every path that does not pass through the
-scores. The models here (:func:`ablated_transformer`, :func:`single_head_logits`) are the wind tunnel's causal
-transformer and ``sticky_sculpting``'s single head with their softmax replaced by :func:`routed_softmax`.
+scores. The models here (:func:`ablated_transformer`, :func:`ablated_sticky`, :func:`single_head`) are the wind
+tunnel's causal transformer, the sticky testbed's transformer (:mod:`implicit_em.windtunnel.sticky`) and
+``sticky_sculpting``'s single head with their softmax replaced by :func:`routed_softmax`.
 """
 
 import math
@@ -33,11 +34,14 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from implicit_em.windtunnel.models import CausalSelfAttention, CausalTransformer
+from implicit_em.windtunnel.sticky import StickyAttention, StickyTransformer
 
 __all__ = [
     "MODES",
     "AblatedSelfAttention",
+    "AblatedStickyAttention",
     "Mode",
+    "ablated_sticky",
     "ablated_transformer",
     "attention_layers",
     "final_residual",
@@ -45,6 +49,7 @@ __all__ = [
     "routed_softmax",
     "row_permutations",
     "single_head",
+    "sticky_query_key_weights",
 ]
 
 Mode = Literal["exact", "zero", "no_baseline", "permuted"]
@@ -152,6 +157,46 @@ def ablated_transformer(
         old = cast(CausalSelfAttention, block.attn)
         block.attn = AblatedSelfAttention(old.qkv, old.proj, old.n_heads, mode, perm)
     return model
+
+
+class AblatedStickyAttention(StickyAttention):
+    """The sticky testbed's attention (the given W_Q, W_K, W_V, W_O, so no new weights are drawn) through
+    :func:`routed_softmax`."""
+
+    def __init__(self, base: StickyAttention, mode: Mode, perm: Tensor | None) -> None:
+        nn.Module.__init__(self)  # not StickyAttention's: it would draw fresh weights
+        self.W_Q, self.W_K, self.W_V, self.W_O = base.W_Q, base.W_K, base.W_V, base.W_O
+        self.n_heads, self.mode = base.n_heads, mode
+        self.perm: Tensor | None = perm  # a plain attribute, not state: (T, T) row permutations for ``permuted``
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        t = q.shape[-2]
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+        perm = None if self.perm is None else self.perm[:t, :t]
+        return routed_softmax(s, self.mode, perm) @ v  # (B, H, T, d/H)
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, mode={self.mode!r}"
+
+
+def ablated_sticky(model: StickyTransformer, mode: Mode, perm_seed: int) -> StickyTransformer:
+    """``model`` (the sticky testbed's transformer) with every attention replaced, in place, by
+    :class:`AblatedStickyAttention` of ``mode``; the weights, and so the initialisation, are unchanged. Every layer
+    uses the same row permutations, drawn from ``perm_seed`` (used by ``permuted`` only). Returns ``model``."""
+    perm = row_permutations(model.max_len, perm_seed) if mode == "permuted" else None
+    for block in model.blocks:
+        block.attn = AblatedStickyAttention(cast(StickyAttention, block.attn), mode, perm)
+    return model
+
+
+def sticky_query_key_weights(model: nn.Module) -> list[Tensor]:
+    """Each sticky attention layer's W_Q and W_K weights and biases, detached copies."""
+    return [
+        p.detach().clone()
+        for m in model.modules()
+        if isinstance(m, StickyAttention)
+        for p in (m.W_Q.weight, m.W_Q.bias, m.W_K.weight, m.W_K.bias)
+    ]
 
 
 def attention_layers(model: nn.Module) -> list[AblatedSelfAttention]:

@@ -26,15 +26,46 @@ LayerNorm is a normalisation of a vector's scale, not a softmax over alternative
 steps of :func:`~implicit_em.windtunnel.train.train` without its run directory; for a model ``train`` can build it
 gives the same numbers (tested). It lets the experiment use tasks ``train`` cannot configure (a smaller HMM) and
 the unnormalised transformer, which ``build_model`` does not know.
+
+:class:`SampledStateHMMTask` is the wind tunnel's HMM filtering task with a label at every scored position: the
+hidden state :math:`s_t` the chain was in when it emitted :math:`o_t`, as a real next-token or label would be
+observed. Its tokens and exact posteriors are the parent's, draw for draw (same generator, same calls: tested);
+only ``labels`` is added. Given everything a model sees (the matrices and :math:`o_{1:t}`), :math:`s_t` is
+distributed as the filtering posterior, so cross-entropy or BCE against it has the posterior as its minimiser,
+like the soft target, but with the sampling noise of a label (distillation against ``posterior`` has none).
+
+:func:`lse_operators` checks what a training step computes, not what its code is called: it runs one step (forward,
+loss, backward) under a dispatch-level recorder of the aten operators and sorts them by what they compute:
+
+- ``k_way``: a softmax or log-sum-exp over a dimension of alternatives (``softmax``, ``log_softmax``, ``logsumexp``,
+  ``cross_entropy``, fused scaled-dot-product attention);
+- ``by_hand``: a *hand-written* LSE, a logarithm (``log``, ``log1p``, ...) of a tensor computed from exponentials
+  (``exp``, ``expm1``, ``sigmoid``) through sums, products (matrix products among them) and reshapes only
+  (``log(sum(exp(x)))``, ``log(exp(x) @ w)``, ``log1p(exp(x))``, ``log(sigmoid(x))``); its operators cannot tell
+  a two-way one from a K-way one, so a check for K-way normalisation must count it with ``k_way``, on the safe side;
+- ``two_way_lse``: the named two-way log-sum-exps, :math:`\operatorname{softplus}(x) = \log(1 + e^x) =
+  \operatorname{LSE}(0, x)` and :math:`\log\sigma(x) = -\operatorname{LSE}(0, -x)` (``softplus``,
+  ``log_sigmoid``, ``binary_cross_entropy[_with_logits]``: BCE with logits is
+  :math:`\operatorname{LSE}(0, z) - t z` per class);
+- ``sigmoid``: :math:`\sigma(x) = e^x / (e^0 + e^x)`, a two-way softmax of x against a fixed zero (``sigmoid``,
+  ``silu``).
+
+A fused kernel is one operator to the recorder: the LSTM's oneDNN layer (``mkldnn_rnn_layer``) computes the LSTM cell
+(three sigmoid gates, two tanh) inside it, which the LSTM's definition fixes; no other arm runs a fused kernel.
 """
 
 import math
+import re
 import time
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from implicit_em._runio import torch_threads
 from implicit_em.probes.attention import attention_scores
@@ -47,14 +78,26 @@ from implicit_em.windtunnel.models import (
     matched_lstm,
     matched_prefix_mlp,
 )
-from implicit_em.windtunnel.tasks import Batch, BijectionTask, HMMFilteringTask
+from implicit_em.windtunnel.tasks import (
+    _PROB_MIN_HUNDREDTHS,
+    Batch,
+    BijectionTask,
+    HMMFilteringTask,
+    _sample_categorical,
+    hmm_forward_filter,
+)
 from implicit_em.windtunnel.train import evaluate, learning_rate, windtunnel_loss
 
 __all__ = [
+    "LSE_KINDS",
     "ArmRun",
+    "OpRecorder",
+    "SampledStateHMMTask",
     "SigmoidSelfAttention",
     "UnnormalisedTransformer",
     "build_arm_model",
+    "lse_operators",
+    "op_kind",
     "sigmoid_attention",
     "sigmoid_attention_weights",
     "train_arm",
@@ -63,6 +106,134 @@ __all__ = [
 Task = BijectionTask | HMMFilteringTask
 #: The architectures :func:`build_arm_model` builds: the wind tunnel's, plus the unnormalised transformer.
 ARCHITECTURES = ("transformer", "unnormalised", "lstm", "prefix_mlp")
+
+
+class SampledStateHMMTask(HMMFilteringTask):
+    """:class:`~implicit_em.windtunnel.tasks.HMMFilteringTask` whose batches carry the chain's hidden states as
+    labels (B, K): the sampled-label version of the task (module docstring). Same arguments."""
+
+    def with_length(self, n_obs: int) -> "SampledStateHMMTask":
+        return SampledStateHMMTask(n_obs, self.n_states, self.n_symbols, self.floor)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
+        """The parent's batch (same draws from ``generator``, in the same order) with ``labels`` = the states."""
+        if generator is None:
+            generator = torch.Generator().manual_seed(torch.seed() % 2**63)
+        g, s, o, k = generator, self.n_states, self.n_symbols, self.n_obs
+        trans_h = self._random_rows(batch_size, s, s, g)  # (B, S, S) hundredths
+        emit_h = self._random_rows(batch_size, s, o, g)  # (B, S, O)
+        transition, emission = trans_h.double() / 100, emit_h.double() / 100
+        state = torch.randint(0, s, (batch_size,), generator=g)
+        batch_index = torch.arange(batch_size)
+        states, obs = [], []
+        for t in range(k):
+            if t > 0:
+                state = _sample_categorical(transition[batch_index, state], g)
+            states.append(state)
+            obs.append(_sample_categorical(emission[batch_index, state], g))
+        observations = torch.stack(obs, dim=1)  # (B, K)
+        posterior = hmm_forward_filter(transition.log(), emission.log(), observations)  # (B, K, S)
+        body = torch.stack((torch.full_like(observations, self.obs_token), observations + self.symbol_offset), 2)
+        tokens = torch.cat(
+            (
+                torch.full((batch_size, 1), self.trans_token, dtype=torch.int64),
+                trans_h.reshape(batch_size, -1) - _PROB_MIN_HUNDREDTHS,
+                torch.full((batch_size, 1), self.emit_token, dtype=torch.int64),
+                emit_h.reshape(batch_size, -1) - _PROB_MIN_HUNDREDTHS,
+                torch.full((batch_size, 1), self.sep_token, dtype=torch.int64),
+                body.reshape(batch_size, 2 * k),
+            ),
+            dim=1,
+        )
+        positions = torch.arange(self.header_len + 2, self.seq_len(), 2)  # the o_t tokens
+        return Batch(tokens, positions, posterior, torch.stack(states, dim=1))
+
+    def __repr__(self) -> str:
+        return f"SampledStateHMMTask(n_obs={self.n_obs}, n_states={self.n_states}, n_symbols={self.n_symbols})"
+
+
+#: What :func:`op_kind` sorts an operator into (module docstring).
+LSE_KINDS = ("k_way", "by_hand", "two_way_lse", "sigmoid")
+_K_WAY = re.compile(
+    r"softmax|logsumexp|(?<!binary_)cross_entropy|scaled_dot_product|flash_attention|efficient_attention"
+)
+_TWO_WAY_LSE = re.compile(r"softplus|log_sigmoid|binary_cross_entropy")
+_SIGMOID = re.compile(r"sigmoid|silu")
+# the hand-written LSE: exponentials (sources), what carries them unchanged in kind (sums, products, reshapes), logs
+_EXP_SOURCES = frozenset({"exp", "exp_", "exp2", "expm1", "sigmoid", "sigmoid_"})
+_CARRIERS = frozenset(
+    "add add_ sub sub_ rsub mul mul_ div div_ neg sum mean cumsum clamp clamp_min clamp_max where masked_fill cat "
+    "stack view _unsafe_view reshape expand unsqueeze squeeze transpose permute select slice clone contiguous alias "
+    "_to_copy t mm bmm addmm baddbmm matmul mv dot einsum".split()
+)
+_LOGS = frozenset({"log", "log_", "log1p", "log1p_", "log2", "log10", "xlogy"})
+
+
+def _base_name(op: str) -> str:
+    """``"aten._log_softmax.default"`` -> ``"_log_softmax"``."""
+    parts = op.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "aten" else parts[0]
+
+
+def op_kind(op: str) -> str | None:
+    """What the aten operator named ``op`` computes, as one of :data:`LSE_KINDS` but ``by_hand`` (which needs the
+    operator's inputs: :class:`OpRecorder`), or None (module docstring)."""
+    name = _base_name(op)
+    for kind, pattern in (("k_way", _K_WAY), ("two_way_lse", _TWO_WAY_LSE), ("sigmoid", _SIGMOID)):
+        if pattern.search(name):
+            return kind
+    return None
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the name of every aten operator dispatched inside the block (forward and backward), and every
+    logarithm taken of a tensor computed from exponentials through sums, products and reshapes only
+    (``by_hand``: a hand-written log-sum-exp, softplus or log-sigmoid)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+        self.by_hand: set[str] = set()
+        self._exp: dict[int, weakref.ref[Tensor]] = {}  # tensors holding exponentials, by id
+
+    def _holds_exp(self, x: Any) -> bool:
+        ref = self._exp.get(id(x)) if isinstance(x, Tensor) else None
+        return ref is not None and ref() is x
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        op = str(func)  # e.g. "aten._log_softmax.default"
+        self.ops.add(op)
+        out = func(*args, **(kwargs or {}))
+        name = _base_name(op)
+        inputs = tree_flatten((args, kwargs or {}))[0]
+        tainted = any(self._holds_exp(x) for x in inputs)
+        if name in _LOGS and tainted:
+            self.by_hand.add(f"{op} (a log of exponentials: an LSE by hand)")
+        if name in _EXP_SOURCES or (name in _CARRIERS and tainted):
+            for y in tree_flatten(out)[0]:
+                if isinstance(y, Tensor):
+                    self._exp[id(y)] = weakref.ref(y)
+        return out
+
+
+def lse_operators(model: nn.Module, batch: Batch, loss: str) -> dict[str, list[str]]:
+    """The softmax / log-sum-exp operators of one training step of ``model`` (forward, ``loss``, backward), by kind.
+
+    Returns ``{kind: sorted operator names}`` for each of :data:`LSE_KINDS`.
+    The gradients the step leaves are cleared.
+    """
+    recorder = OpRecorder()
+    with recorder:
+        out = windtunnel_loss(model(batch.tokens)[:, batch.positions], batch, loss)
+        out.backward()
+    model.zero_grad(set_to_none=True)
+    found: dict[str, list[str]] = {kind: [] for kind in LSE_KINDS}
+    for op in recorder.ops:
+        kind = op_kind(op)
+        if kind is not None:
+            found[kind].append(op)
+    found["by_hand"] += recorder.by_hand
+    return {kind: sorted(ops) for kind, ops in found.items()}
 
 
 def sigmoid_attention_weights(scores: Float[Tensor, "*batch t s"]) -> Float[Tensor, "*batch t s"]:

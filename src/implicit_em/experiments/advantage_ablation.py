@@ -14,15 +14,23 @@ Method. A :class:`torch.autograd.Function` around the attention softmax (:mod:`.
 and replaces the score gradient: (A) exact, α⊙(b − E_α b); (B) zero; (C) α⊙b, no baseline; (D) α_ij a_{i,π_i(j)},
 the advantages permuted among the visible keys of each query row by a fixed permutation drawn from the seed.
 Values, W_O and every path not through the scores keep their exact gradients; all arms share the initialisation,
-the data stream, the optimiser and the number of steps. Two tasks:
+the data stream, the optimiser and the number of steps. Two deciding tasks and one reported setting:
 
 - the bijection wind tunnel, V = 20, keys without replacement (arXiv 2512.22471, as ``bayes_necessity``): the
   wind tunnel's causal transformer (2 layers, 2 heads, d_model 32) with AdamW; held-out KL(Bayes ‖ model) at the
   key positions, and the value-manifold signature of the final-layer residual (after the last block, before the
   final LayerNorm) at the key positions, where the model predicts a value, against the exact Bayes entropy;
-- the sticky chain of ``sticky_sculpting`` (its single head, no residual, no MLP; stay 0.8, noise 3, inputs x / 3,
-  the setting where context matters), trained with Adam on a pool of sequences (the paper's SGD at lr 0.01 barely
-  moves, ``sticky_sculpting``); held-out KL and the signature of the head output before W_O at every position.
+- the sticky chain on the shared testbed :class:`implicit_em.windtunnel.sticky.StickyTestbed` (issue 25 §1; stay
+  0.9, noise 3, T = 32 windows drawn fresh every step from a per-seed stream, labels sampled from the chain): a
+  2-layer causal transformer with learned positions and a linear input embedding, whose attention goes through the
+  same surgery (:func:`~implicit_em.experiments._ablation.ablated_sticky`); Adam lr 1e-2, warm-up then cosine;
+  held-out KL over every position of 256 independent windows per seed, and the signature of the final residual at
+  every position;
+- reported, not deciding: the companion's literal setting (``sticky_sculpting``'s single head, no positions, no
+  residual, no MLP; stay 0.8, noise 3, inputs x / 3, a pool of sequences, Adam), metrics ``onehead_*``. It cannot
+  represent the filter (its output at t depends on x_t and the unordered set of the earlier inputs, while the filter
+  needs their order), and with the exact gradient it ends worse than the no-context predictor, so it can show what
+  the companion's model does with and without the advantage, not whether the advantage is needed to track.
 
 Expectation stated before any run: without replacement the Bayes predictive at a key position depends only on the
 set of values already shown (and the position), which a uniform average over the prefix carries; at the GPT-2
@@ -44,25 +52,43 @@ only, 16-64 sequences, Adam lr 1e-2) showed what ``sticky_sculpting`` reported: 
 then rises while its training loss plateaus, and stays above the no-context predictor's; so the sticky task is
 expected to be undecided (A does not track).
 
-Verdict rule (thresholds in ``Config``, fixed before the first run; means over seeds decide, spreads reported):
+Verdict rule (thresholds in ``Config``, fixed before the first run; spreads over seeds reported):
 
-- a task *decides* only if arm A tracks the posterior, KL_A <= ``learned_fraction`` (0.1) × the exact no-context
-  KL (bijection: the uniform predictor; sticky: p(y_t | x_t)), and shows the signature;
+- gates (issue 25), per deciding task, on arm A at *every* seed: it tracks the posterior, KL_A <=
+  ``learned_fraction`` (0.1) × the exact no-context KL of that seed's held-out set (bijection: the uniform predictor;
+  sticky: p(y_t | x_t)); it has plateaued, the mean held-out KL over the last fifth of the checkpoints is at most
+  ``plateau_tol`` (0.25) × that tracking bar below the mean over the fifth before
+  (:func:`implicit_em.windtunnel.sticky.plateau_drop`); and it shows the signature (means over seeds). A failed
+  gate on either task makes the verdict UNDECIDED (:func:`~implicit_em.experiments._base.gated`): the claim is
+  about the sticky chain and the bijection is its check, so the audit decides only when both testbeds can;
 - arm X *shows the signature* if pc1_X >= pc1_init + ``sig_margin`` and |ρ|_X >= max(``rho_min``,
   |ρ|_init + ``sig_margin``); for B and D "present" also requires pc1_X >= pc1_A − ``sig_margin`` and
   |ρ|_X >= |ρ|_A − ``sig_margin``;
-- *necessary* on a task: KL_B / KL_A >= ``ratio_necessary`` (10, the issue) and KL_D / KL_A >= 10, and neither B
-  nor D shows the signature;
+- *necessary* on a task: KL_B / KL_A >= ``ratio_necessary`` (10, the issue) and KL_D / KL_A >= 10 (means over
+  seeds), and neither B nor D shows the signature;
 - *falsifier holds* on a task: B or D has KL within ``ratio_falsifier`` (2, the issue) of KL_A with the signature
   present.
 
-REFUTED (the advantage is not needed) if the falsifier holds on a deciding task; SUPPORTED if the advantage is
-necessary on both tasks; PARTIAL otherwise (a task undecided, or the ablations worse than A by between 2× and 10×),
-the summary says which. Arm C is reported beside the verdict. Runtime controls: the Function's gradients against
-autograd in float64 (A equal, C − A = α⊙E_α b, D a per-row permutation of A's advantages) and arm B's query/key
-weights unchanged by training (the surgery really removes the score gradient).
+REFUTED (the advantage is not needed) if the falsifier holds on a task; SUPPORTED if the advantage is necessary on
+both tasks; PARTIAL otherwise (the ablations worse than A by between 2× and 10×), the summary says which. Arm C is
+reported beside the verdict. Identities (reported, not evidence): the Function's gradients against autograd in
+float64 (A equal, C − A = α⊙E_α b, D a per-row permutation of A's advantages) and arm B's query/key weights unchanged
+by training (the surgery really removes the score gradient).
+
+Before issue 25 (the rule then): a task whose arm A did not track (on the mean over seeds) was "undecided" and the
+verdict PARTIAL; the sticky chain was the one-head model above, which never tracked, so the verdict was the
+bijection's, read at 1,000 steps where two of three seeds' arm A missed the tracking bar on their own (0.126, 0.121,
+0.068 bits against 0.111). Now the bijection trains 3,000 steps (full) and every seed must track and plateau.
+The quick size now runs one seed per run (seeds 0-4 through ``--seed``, each its own verdict) at 1,000 bijection
+steps (was three seeds of 200, decided on their means); the full size runs seeds 0-4 in one run (was 0-2).
+Pilot for the bijection budget (arm A only, seeds 100-102, disjoint from the deciding seeds 0-4; V = 20, 2 layers,
+lr 1e-2 cosine, held-out KL at 20 checkpoints; chosen on A's KL and last-fifth drop alone): 2,500 steps end at
+0.010, 0.037, 0.010 bits (bar 0.111), but seed 101's last fifth still fell by 0.027 bits, at the 0.028 plateau
+allowance; 4,000 steps end at 0.006 (seed 100). So 3,000 steps: about 14 ms a step on a loaded core, 3 minutes per
+seed for the four arms. The sticky testbed's pilot is :data:`implicit_em.windtunnel.sticky.PILOT`.
 """
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -74,12 +100,14 @@ from torch import Tensor
 
 from implicit_em.experiments._ablation import (
     Mode,
+    ablated_sticky,
     ablated_transformer,
     final_residual,
     query_key_weights,
     routed_softmax,
     row_permutations,
     single_head,
+    sticky_query_key_weights,
 )
 from implicit_em.experiments._base import (
     Context,
@@ -88,12 +116,16 @@ from implicit_em.experiments._base import (
     Result,
     Verdict,
     criterion,
+    gate,
+    gated,
+    identity,
     pyplot,
     torch_threads,
 )
 from implicit_em.experiments._manifold import value_manifold_signature
 from implicit_em.experiments.sticky_sculpting import _stack_inits, no_context_posterior
 from implicit_em.windtunnel.metrics import entropy_bits, evaluate_predictions, kl_bits
+from implicit_em.windtunnel.sticky import StickyBatch, StickyTestbed, fit, plateau_change, plateau_drop
 from implicit_em.windtunnel.tasks import BijectionTask, StickyMarkovTask
 from implicit_em.windtunnel.train import windtunnel_loss
 
@@ -101,7 +133,8 @@ __all__ = ["EXPERIMENT", "Config", "gradient_checks", "run"]
 
 ARMS: dict[str, Mode] = {"A": "exact", "B": "zero", "C": "no_baseline", "D": "permuted"}
 LABELS = {"A": "A exact", "B": "B zero", "C": "C no baseline", "D": "D permuted"}
-TASKS = ("bijection", "sticky")
+TASKS = ("bijection", "sticky")  # the deciding tasks; "onehead" (the companion's literal head) is reported
+ONEHEAD = "onehead"
 
 
 @dataclass(frozen=True)
@@ -109,50 +142,75 @@ class Config:
     """Sizes, optimisers and thresholds; ``quick()`` for tests and ``make demo``, ``full()`` for the report."""
 
     seed: int = 0
-    n_seeds: int = 3  # training seeds seed, seed + 1, ... (initialisation, data stream, permutations)
+    n_seeds: int = 1  # training seeds seed, seed + 1, ... (initialisation, data stream, permutations)
     # bijection wind tunnel (keys without replacement)
     n_symbols: int = 6  # V; L = V - 1 pairs
     n_layers: int = 1
     n_heads: int = 2
     d_model: int = 32
     d_ff: int = 64
-    steps: int = 200
+    steps: int = 1000  # pilot (seeds 100-102, arm A): 200-600 steps missed the plateau gate, 1,000 passed at all
     batch_size: int = 32
     lr: float = 1e-2  # AdamW, weight decay 0 (so arm B's query/key weights stay exactly where they started)
     warmup_steps: int = 20
     eval_size: int = 128  # held-out sequences; the signature uses all their key positions
-    # sticky chain (sticky_sculpting's head and setting)
-    stay: float = 0.8
-    noise: float = 3.0
-    length: int = 60  # T of every training and held-out sequence
-    n_train_sequences: int = 32  # the training pool, full batch (first draft: 8 of T = 80; see the docstring)
-    n_heldout: int = 2
-    sticky_steps: int = 150
-    sticky_lr: float = 1e-2  # Adam: the training loss plateaus within the steps (pilot on arm A's training loss)
+    n_checkpoints: int = 20  # held-out KL during training, for the plateau gate
+    # sticky chain on the shared testbed (implicit_em.windtunnel.sticky; its pilot chose these)
+    sticky_stay: float = 0.9
+    sticky_noise: float = 3.0
+    sticky_length: int = 32
+    sticky_layers: int = 2
+    sticky_steps: int = 2000
+    sticky_batch: int = 64
+    sticky_lr: float = 1e-2  # Adam, warm-up 50 then cosine to 0
+    sticky_eval_size: int = 256  # held-out windows per seed
+    # the companion's literal one-head setting (sticky_sculpting's head; reported, cannot represent the filter)
+    onehead_stay: float = 0.8
+    onehead_noise: float = 3.0
+    onehead_length: int = 60  # T of every training and held-out sequence
+    onehead_train_sequences: int = 32  # the training pool, full batch (first draft: 8 of T = 80; see the docstring)
+    onehead_heldout: int = 2
+    onehead_steps: int = 150
+    onehead_lr: float = 1e-2  # Adam
     init_std: float = 0.1
     # verdict thresholds (module docstring)
     ratio_necessary: float = 10.0  # the issue: "B and D end >= 10x worse in KL"
     ratio_falsifier: float = 2.0  # the issue: "B or D come within 2x of A"
-    learned_fraction: float = 0.1  # A tracks: KL <= 0.1 x no-context KL (bayes_necessity's tracking bar)
+    learned_fraction: float = 0.1  # A tracks: KL <= 0.1 x no-context KL (bayes_necessity's bar; issue 25)
+    plateau_window: float = 0.2  # plateau gate: the last fifth of the checkpoints against the fifth before ...
+    plateau_tol: float = 0.25  # ... lowers A's mean KL by at most 0.25 x the tracking bar (the testbed's rule)
     rho_min: float = 0.5  # "orders by posterior entropy" (arXiv 2512.22471): |Spearman ρ| at least 0.5
     sig_margin: float = 0.1  # above the random init, and how far below arm A still counts as present
     grad_tol: float = 1e-12  # float64 round-off for the Function's gradient checks
 
     @classmethod
     def quick(cls) -> "Config":
-        """V = 6, one layer, 200 steps of batch 32; sticky T = 60, 32 training sequences, 150 Adam steps; 3 seeds."""
+        """One seed per run (run seeds 0-4 with ``--seed``): V = 6, one layer, 1,000 steps of batch 32; the sticky
+        testbed at 2,000 steps of 64 windows; the one-head setting at T = 60, 32 sequences, 150 Adam steps."""
         return cls()
 
     @classmethod
     def full(cls) -> "Config":
-        """V = 20, two layers, 1,000 steps; sticky T = 100, 48 training sequences, 300 Adam steps; three seeds.
+        """Five seeds: V = 20, two layers, 3,000 steps of batch 64; the sticky testbed at 3,000 steps; the one-head
+        setting at T = 100, 48 sequences, 300 steps.
 
-        Budget (one thread, loaded machine): a bijection step at V = 20, 2 layers, d_model 32 costs about 30 ms, so
-        12 runs of 1,000 steps take about 6 minutes. The steps and lr were set on arm A's pilot alone (seed 0, 1,200
-        steps at lr 1e-2: held-out KL 0.020 bits against the 0.111 bar; at 3e-3, 0.110)."""
+        Budget (one thread, loaded machine): a bijection step at V = 20, 2 layers, d_model 32 costs about 14 ms
+        (pilot), a sticky-testbed step about 15 ms, so a seed's 4 + 4 arms take about 6 minutes and the five seeds
+        about 30. The bijection's steps were set on arm A's pilot alone (seeds 100-102, module docstring)."""
         return cls(
-            n_symbols=20, n_layers=2, steps=1000, batch_size=64, warmup_steps=50, eval_size=512, length=100,
-            n_train_sequences=48, n_heldout=4, sticky_steps=300,
+            n_seeds=5, n_symbols=20, n_layers=2, steps=3000, batch_size=64, warmup_steps=50, eval_size=512,
+            n_checkpoints=30, sticky_steps=3000, onehead_length=100, onehead_train_sequences=48, onehead_heldout=4,
+            onehead_steps=300,
+        )  # fmt: skip
+
+    def testbed(self) -> StickyTestbed:
+        """The sticky testbed this config trains on."""
+        return dataclasses.replace(
+            StickyTestbed(), stay=self.sticky_stay, noise=self.sticky_noise, length=self.sticky_length,
+            n_layers=self.sticky_layers, steps=self.sticky_steps, batch_size=self.sticky_batch, lr=self.sticky_lr,
+            eval_size=self.sticky_eval_size, track_fraction=self.learned_fraction,
+            plateau_window=self.plateau_window, plateau_tol=self.plateau_tol,
+            eval_every=max(1, self.sticky_steps // 40),
         )  # fmt: skip
 
 
@@ -205,6 +263,14 @@ def _lr(step: int, cfg: Config) -> float:
 
 
 @torch.no_grad()
+def _bijection_kl(model: torch.nn.Module, tokens: Tensor, positions: Tensor, posterior: Tensor) -> float:
+    model.eval()
+    p = torch.softmax(model(tokens)[:, positions].double(), dim=-1)
+    model.train()
+    return float(kl_bits(posterior, p).mean())
+
+
+@torch.no_grad()
 def _bijection_measure(
     model: torch.nn.Module, tokens: Tensor, positions: Tensor, posterior: Tensor
 ) -> dict[str, float]:
@@ -218,12 +284,15 @@ def _bijection_measure(
     return {"kl": metrics.kl, "mae": metrics.entropy_mae_per_sample, **sig}
 
 
-def _bijection_seed(cfg: Config, seed: int) -> dict[str, dict[str, float]]:
-    """The random-init model and the four arms for one training seed: {"init": ..., "A": ..., ...}."""
+def _bijection_seed(cfg: Config, seed: int, arms: dict[str, Mode] | None = None) -> dict[str, dict[str, Any]]:
+    """The random-init model and the arms for one training seed: {"init": ..., "A": ..., ..., "floor": ...}.
+
+    ``arms`` defaults to :data:`ARMS` (a test plants an ablation arm equal to A through it)."""
     task = BijectionTask(cfg.n_symbols)
     held = task.sample(cfg.eval_size, torch.Generator().manual_seed(10_000 + seed))
-    out: dict[str, dict[str, float]] = {}
-    for arm, mode in ARMS.items():
+    every = max(1, cfg.steps // cfg.n_checkpoints)
+    out: dict[str, dict[str, Any]] = {}
+    for arm, mode in (ARMS if arms is None else arms).items():
         model = ablated_transformer(
             task.vocab_size, task.n_classes, task.seq_len(), cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_ff,
             mode, seed, perm_seed=20_000 + seed,
@@ -233,6 +302,7 @@ def _bijection_seed(cfg: Config, seed: int) -> dict[str, dict[str, float]]:
         qk0 = query_key_weights(model)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
         data = torch.Generator().manual_seed(30_000 + seed)  # the same stream for every arm
+        history: list[float] = []
         for step in range(cfg.steps):
             for group in opt.param_groups:
                 group["lr"] = _lr(step, cfg)
@@ -241,19 +311,64 @@ def _bijection_seed(cfg: Config, seed: int) -> dict[str, dict[str, float]]:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if (step + 1) % every == 0 or step + 1 == cfg.steps:
+                history.append(_bijection_kl(model, held.tokens, held.positions, held.posterior))
         out[arm] = _bijection_measure(model, held.tokens, held.positions, held.posterior)
-        out[arm]["final_loss"] = float(loss.detach())
+        out[arm].update(_history_record(history, float(loss.detach()), cfg))
         qk = query_key_weights(model)
         out[arm]["qk_change"] = max(float((a - b).abs().max()) for a, b in zip(qk, qk0, strict=True))
     out["floor"] = {"kl": task.no_context_mae()}  # uniform predictor: KL = log2 V - H_Bayes = the MAE floor
     return out
 
 
-# ------------------------------------------------------------------------------------------------- sticky chain
+def _history_record(history: list[float], final_loss: float, cfg: Config) -> dict[str, Any]:
+    return {
+        "final_loss": final_loss,
+        "kl_history": history,
+        "plateau_drop": plateau_drop(history, cfg.plateau_window),
+        "plateau_change": plateau_change(history, cfg.plateau_window),
+    }
+
+
+# ------------------------------------------------------------------------------------------ sticky (testbed)
 
 
 @torch.no_grad()
-def _sticky_measure(
+def _sticky_measure(tb: StickyTestbed, model: torch.nn.Module, held: StickyBatch) -> dict[str, float]:
+    """Held-out KL (bits) and the signature of the final residual at every held-out position."""
+    model.eval()
+    p = torch.softmax(model(held.x).double(), dim=-1)
+    residual = model.residual(held.x)  # type: ignore[operator]  # (B, T, D)
+    model.train()
+    sig = value_manifold_signature(residual.reshape(-1, residual.shape[-1]), entropy_bits(held.posterior).reshape(-1))
+    return {"kl": float(kl_bits(held.posterior, p).mean()), **sig}
+
+
+def _sticky_seed(cfg: Config, seed: int, arms: dict[str, Mode] | None = None) -> dict[str, dict[str, Any]]:
+    """The random init and the arms on the testbed for one seed: the same init, stream and held-out windows."""
+    tb = cfg.testbed()
+    held = tb.eval_batch(seed)
+    out: dict[str, dict[str, Any]] = {}
+    for arm, mode in (ARMS if arms is None else arms).items():
+        model = ablated_sticky(tb.model(seed), mode, perm_seed=40_000 + seed)
+        if arm == "A":
+            out["init"] = _sticky_measure(tb, model, held)
+        qk0 = sticky_query_key_weights(model)
+        result = fit(tb, model, seed, eval_batch=held)
+        out[arm] = _sticky_measure(tb, model, held)
+        out[arm].update(_history_record(result.kl_history, result.final_loss, cfg))
+        out[arm]["wall_s"] = result.wall_s
+        qk = sticky_query_key_weights(model)
+        out[arm]["qk_change"] = max(float((a - b).abs().max()) for a, b in zip(qk, qk0, strict=True))
+    out["floor"] = {"kl": tb.no_context_kl_bits(held)}
+    return out
+
+
+# ------------------------------------------------------------------------- the companion's one head (reported)
+
+
+@torch.no_grad()
+def _onehead_measure(
     params: dict[str, Tensor], x: Tensor, posterior: Tensor, mode: Mode, perm: Tensor
 ) -> list[dict[str, float]]:
     """Per run r of ``params`` (R, ...): held-out KL (bits) and the signature of y = αV at every held-out position."""
@@ -267,34 +382,37 @@ def _sticky_measure(
     ]
 
 
-def _sticky_all(cfg: Config) -> tuple[dict[str, list[dict[str, float]]], float]:
-    """Every arm and the random init over the ``n_seeds`` initialisations (runs batched), and the no-context KL."""
-    task = StickyMarkovTask(length=cfg.length, stay=cfg.stay, noise=cfg.noise, means_seed=cfg.seed)
+def _onehead_all(cfg: Config) -> tuple[dict[str, list[dict[str, float]]], float]:
+    """Every arm and the random init of the one-head setting over the ``n_seeds`` inits (batched), and the
+    no-context KL. This is the pre-issue-25 sticky task, unchanged."""
+    task = StickyMarkovTask(
+        length=cfg.onehead_length, stay=cfg.onehead_stay, noise=cfg.onehead_noise, means_seed=cfg.seed
+    )
     base = 1_000 * cfg.seed
-    train = [task.sample(torch.Generator().manual_seed(base + 100 + s)) for s in range(cfg.n_train_sequences)]
-    held = [task.sample(torch.Generator().manual_seed(base + 500 + h)) for h in range(cfg.n_heldout)]
-    x = torch.stack([s.inputs.float() for s in train]) / cfg.noise  # (N, T, D): the paper's unit-noise scale
+    train = [task.sample(torch.Generator().manual_seed(base + 100 + s)) for s in range(cfg.onehead_train_sequences)]
+    held = [task.sample(torch.Generator().manual_seed(base + 500 + h)) for h in range(cfg.onehead_heldout)]
+    x = torch.stack([s.inputs.float() for s in train]) / cfg.onehead_noise  # (N, T, D): the paper's unit-noise scale
     y = torch.stack([s.targets for s in train])  # (N, T)
-    x_held = torch.stack([s.inputs.float() for s in held]) / cfg.noise
+    x_held = torch.stack([s.inputs.float() for s in held]) / cfg.onehead_noise
     post_held = torch.stack([s.posterior for s in held])  # (H, T, C)
     no_context = float(kl_bits(post_held, torch.stack([no_context_posterior(task, s) for s in held])).mean())
     seeds = [cfg.seed + i for i in range(cfg.n_seeds)]
-    perm = row_permutations(cfg.length, 40_000 + cfg.seed)
+    perm = row_permutations(cfg.onehead_length, 40_000 + cfg.seed)
     out: dict[str, list[dict[str, float]]] = {}
     for arm, mode in ARMS.items():
         params = _stack_inits(seeds, 1, cfg.init_std)  # (R, ...): the same inits for every arm
         if arm == "A":
-            out["init"] = _sticky_measure(params, x_held, post_held, mode, perm)
+            out["init"] = _onehead_measure(params, x_held, post_held, mode, perm)
         qk0 = torch.cat([params["W_Q"].detach().flatten(1), params["W_K"].detach().flatten(1)], 1).clone()
-        opt = torch.optim.Adam(list(params.values()), lr=cfg.sticky_lr)
-        for _ in range(cfg.sticky_steps):
+        opt = torch.optim.Adam(list(params.values()), lr=cfg.onehead_lr)
+        for _ in range(cfg.onehead_steps):
             logits, _ = single_head({k: v[:, None] for k, v in params.items()}, x[None], mode, perm)  # (R, N, T, C)
             per_run = F.cross_entropy(logits.flatten(1, 2).transpose(1, 2), y.flatten()[None].expand(len(seeds), -1),
                                       reduction="none").mean(dim=1)  # fmt: skip
             opt.zero_grad(set_to_none=True)
             per_run.sum().backward()  # each run gets exactly its own gradient
             opt.step()
-        out[arm] = _sticky_measure(params, x_held, post_held, mode, perm)
+        out[arm] = _onehead_measure(params, x_held, post_held, mode, perm)
         qk = torch.cat([params["W_Q"].detach().flatten(1), params["W_K"].detach().flatten(1)], 1)
         for r, rec in enumerate(out[arm]):
             rec["final_loss"] = float(per_run[r].detach())
@@ -305,20 +423,21 @@ def _sticky_all(cfg: Config) -> tuple[dict[str, list[dict[str, float]]], float]:
 # ------------------------------------------------------------------------------------------------------ verdict
 
 
-def _mean(records: list[dict[str, float]], key: str) -> float:
+def _mean(records: list[dict[str, Any]], key: str) -> float:
     return sum(r[key] for r in records) / len(records)
 
 
-def _sd(records: list[dict[str, float]], key: str) -> float:
+def _sd(records: list[dict[str, Any]], key: str) -> float:
     if len(records) < 2:
         return 0.0
     mu = _mean(records, key)
     return math.sqrt(sum((r[key] - mu) ** 2 for r in records) / (len(records) - 1))
 
 
-def _summarise(runs: dict[str, list[dict[str, float]]], floor: float) -> dict[str, float]:
-    """Seed means and sds of KL, PC1 share and |ρ| for the init and every arm, the ratios to A, the floor."""
-    m: dict[str, float] = {"no_context_kl": floor}
+def _summarise(runs: dict[str, list[dict[str, Any]]], floors: list[float], cfg: Config) -> dict[str, float]:
+    """Seed means and sds of KL, PC1 share and |ρ| for the init and every arm, the ratios to A, the floor, and the
+    per-seed gate numbers of arm A (the worst seed's tracking ratio and plateau drop against its own bars)."""
+    m: dict[str, float] = {"no_context_kl": sum(floors) / len(floors)}
     for name in ("init", *ARMS):
         for key in ("kl", "pc1", "pc12", "participation_ratio", "spearman_abs"):
             m[f"{name}_{key}"] = _mean(runs[name], key)
@@ -326,21 +445,36 @@ def _summarise(runs: dict[str, list[dict[str, float]]], floor: float) -> dict[st
     for arm in ("B", "C", "D"):
         m[f"{arm}_over_A_kl"] = m[f"{arm}_kl"] / m["A_kl"] if m["A_kl"] > 0 else math.inf
         m[f"{arm}_qk_change"] = max(r["qk_change"] for r in runs[arm])
+    a_runs = runs["A"]
+    if "plateau_drop" in a_runs[0]:
+        track = [r["kl"] / f for r, f in zip(a_runs, floors, strict=True)]
+        allowance = [cfg.plateau_tol * cfg.learned_fraction * f for f in floors]
+        drop_in_bars = [r["plateau_drop"] / a for r, a in zip(a_runs, allowance, strict=True)]
+        m["A_track_ratio_max"] = max(track)  # the worst seed's KL_A / KL_nc (gate: <= learned_fraction)
+        m["A_plateau_drop_max"] = max(r["plateau_drop"] for r in a_runs)
+        m["A_plateau_in_bars_max"] = max(x if x == x else math.inf for x in drop_in_bars)  # NaN: too few points
+        m["A_plateau_change_max"] = max(r["plateau_change"] for r in a_runs)
     return m
 
 
 def _task_criteria(task: str, m: dict[str, float], cfg: Config) -> dict[str, Criterion]:
-    """The comparisons one task's decision reads (module docstring), by name."""
+    """The comparisons one task's decision reads (module docstring), by name; the gates have role "gate"."""
     c = {
-        "A_tracks": criterion(
-            f"{task}: KL_A, bits (tracks)", m["A_kl"], "<=", cfg.learned_fraction * m["no_context_kl"]
+        "A_tracks": gate(
+            f"{task}: max over seeds of KL_A / no-context KL (every seed tracks)", m["A_track_ratio_max"], "<=",
+            cfg.learned_fraction,
         ),
-    }
+        "A_plateau": gate(
+            f"{task}: max over seeds of arm A's last-fifth KL drop / ({cfg.plateau_tol:g} × tracking bar) (plateau)",
+            m["A_plateau_in_bars_max"], "<=", 1.0,
+        ),
+    }  # fmt: skip
     for arm in ("A", "B", "D"):
-        c[f"{arm}_pc1_over_init"] = criterion(
+        make = gate if arm == "A" else criterion  # A must show what the ablations are to lose
+        c[f"{arm}_pc1_over_init"] = make(
             f"{task}: PC1 share {arm} (above init)", m[f"{arm}_pc1"], ">=", m["init_pc1"] + cfg.sig_margin
         )
-        c[f"{arm}_rho"] = criterion(
+        c[f"{arm}_rho"] = make(
             f"{task}: |ρ| {arm} (orders by entropy, above init)", m[f"{arm}_spearman_abs"], ">=",
             max(cfg.rho_min, m["init_spearman_abs"] + cfg.sig_margin),
         )  # fmt: skip
@@ -357,12 +491,12 @@ def _task_criteria(task: str, m: dict[str, float], cfg: Config) -> dict[str, Cri
         c[f"{arm}_ratio_falsifier"] = criterion(
             f"{task}: KL_{arm} / KL_A (<= falsifier)", m[f"{arm}_over_A_kl"], "<=", cfg.ratio_falsifier
         )
-    c["B_frozen"] = criterion(f"{task}: max |Δ W_Q, W_K| of arm B (surgery control)", m["B_qk_change"], "==", 0.0)
+    c["B_frozen"] = identity(f"{task}: max |Δ W_Q, W_K| of arm B (surgery control)", m["B_qk_change"], "==", 0.0)
     return c
 
 
 def _task_outcome(c: dict[str, Criterion]) -> str:
-    """'undecided', 'necessary', 'falsifier' or 'between' for one task."""
+    """'undecided' (a gate failed), 'necessary', 'falsifier' or 'between' for one task."""
 
     def shows(arm: str) -> bool:
         return c[f"{arm}_pc1_over_init"].passed and c[f"{arm}_rho"].passed
@@ -370,7 +504,7 @@ def _task_outcome(c: dict[str, Criterion]) -> str:
     def present(arm: str) -> bool:
         return shows(arm) and c[f"{arm}_pc1_near_A"].passed and c[f"{arm}_rho_near_A"].passed
 
-    if not (c["A_tracks"].passed and shows("A")):
+    if not all(x.passed for x in c.values() if x.role == "gate"):
         return "undecided"
     if any(c[f"{a}_ratio_falsifier"].passed and present(a) for a in ("B", "D")):
         return "falsifier"
@@ -379,14 +513,30 @@ def _task_outcome(c: dict[str, Criterion]) -> str:
     return "between"
 
 
-def _decide(outcomes: dict[str, str], controls_ok: bool) -> Verdict:
-    if not controls_ok:
-        return "PARTIAL"
+def _kl_reading(m: dict[str, float], cfg: Config) -> str:
+    """What the KL ratios alone say (reported beside the outcome, not deciding): 'necessary' (B and D >= 10x A),
+    'falsifier' (B or D within 2x) or 'between'."""
+    if min(m["B_over_A_kl"], m["D_over_A_kl"]) <= cfg.ratio_falsifier:
+        return "falsifier"
+    if min(m["B_over_A_kl"], m["D_over_A_kl"]) >= cfg.ratio_necessary:
+        return "necessary"
+    return "between"
+
+
+def _decide(outcomes: dict[str, str]) -> Verdict:
+    """The rule before the gates: REFUTED, SUPPORTED or PARTIAL (``gated`` turns a failed gate into UNDECIDED)."""
     if "falsifier" in outcomes.values():
         return "REFUTED"
     if all(o == "necessary" for o in outcomes.values()):
         return "SUPPORTED"
     return "PARTIAL"
+
+
+def _verdict(task_criteria: dict[str, dict[str, Criterion]], extra: list[Criterion]) -> tuple[Verdict, dict[str, str]]:
+    """The task outcomes and the gated verdict over every task's criteria and the identities in ``extra``."""
+    outcomes = {task: _task_outcome(c) for task, c in task_criteria.items()}
+    criteria = [*extra, *(c for tc in task_criteria.values() for c in tc.values())]
+    return gated(_decide(outcomes), criteria), outcomes
 
 
 # ------------------------------------------------------------------------------------------------------- report
@@ -399,28 +549,37 @@ def _describe(task: str, m: dict[str, float], outcome: str) -> str:
         + f", PC1 {m[f'{a}_pc1']:.2f}, |ρ| {m[f'{a}_spearman_abs']:.2f}"
         for a in ARMS
     )
+    gates = (
+        f"; arm A's worst seed: KL/no-context {m['A_track_ratio_max']:.3f}, last-fifth drop "
+        f"{m['A_plateau_in_bars_max']:.2f} of the plateau allowance"
+        if "A_track_ratio_max" in m
+        else ""
+    )
     return (
         f"{task} [{outcome}]: KL in bits (mean ± sd over seeds) {arms}; random init KL {m['init_kl']:.3f}, PC1 "
-        f"{m['init_pc1']:.2f}, |ρ| {m['init_spearman_abs']:.2f}; no-context {m['no_context_kl']:.3f}"
+        f"{m['init_pc1']:.2f}, |ρ| {m['init_spearman_abs']:.2f}; no-context {m['no_context_kl']:.3f}{gates}"
     )
 
 
 def _figure(
-    ctx: Context, results: dict[str, dict[str, float]], runs: dict[str, dict[str, list[dict[str, float]]]]
+    ctx: Context, results: dict[str, dict[str, float]], runs: dict[str, dict[str, list[dict[str, Any]]]]
 ) -> str:
     plt = pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    rows = (*TASKS, ONEHEAD)
+    fig, axes = plt.subplots(len(rows), 3, figsize=(15, 4 * len(rows)))
     names = ["init", *ARMS]
-    for row, task in enumerate(TASKS):
+    titles = {"bijection": "bijection", "sticky": "sticky testbed", ONEHEAD: "one head (cannot represent the filter)"}
+    for row, task in enumerate(rows):
         m, ax = results[task], axes[row, 0]
         for i, name in enumerate(names):
             kls = [r["kl"] for r in runs[task][name]]
             ax.plot([i] * len(kls), kls, "o", color=f"C{i}", alpha=0.7)
             ax.bar(i, m[f"{name}_kl"], color=f"C{i}", alpha=0.3)
         ax.axhline(m["no_context_kl"], color="k", ls="--", lw=1, label="no-context predictor")
+        ax.axhline(0.1 * m["no_context_kl"], color="k", ls=":", lw=1, label="tracking bar")
         ax.set_yscale("log")
         ax.set_xticks(range(len(names)), ["random init", *(LABELS[a] for a in ARMS)], fontsize=8)
-        ax.set(ylabel="held-out KL(Bayes ‖ model), bits", title=f"{task}: posterior error per arm (dots: seeds)")
+        ax.set(ylabel="held-out KL(Bayes ‖ model), bits", title=f"{titles[task]}: posterior error (dots: seeds)")
         ax.legend(fontsize=8)
         ax = axes[row, 1]
         for i, name in enumerate(names):
@@ -428,7 +587,20 @@ def _figure(
             ax.plot([r["pc1"] for r in recs], [r["spearman_abs"] for r in recs], "o", color=f"C{i}",
                     label="random init" if name == "init" else LABELS[name])  # fmt: skip
         ax.set(xlabel="PC1 share", ylabel="|Spearman ρ| of PC1 with the Bayes entropy", xlim=(0, 1), ylim=(0, 1),
-               title=f"{task}: value-manifold signature")  # fmt: skip
+               title=f"{titles[task]}: value-manifold signature")  # fmt: skip
+        ax.legend(fontsize=8)
+        ax = axes[row, 2]
+        if task == ONEHEAD:
+            ax.axis("off")
+            continue
+        for i, arm in enumerate(ARMS, start=1):
+            for k, r in enumerate(runs[task][arm]):
+                h = r["kl_history"]
+                ax.plot([(j + 1) / len(h) for j in range(len(h))], h, color=f"C{i}", alpha=0.6, lw=1,
+                        label=LABELS[arm] if k == 0 else None)  # fmt: skip
+        ax.axhline(0.1 * m["no_context_kl"], color="k", ls=":", lw=1, label="tracking bar")
+        ax.set_yscale("log")
+        ax.set(xlabel="fraction of training", ylabel="held-out KL, bits", title=f"{titles[task]}: training curves")
         ax.legend(fontsize=8)
     fig.tight_layout()
     return ctx.save_figure(fig, "advantage_ablation", dpi=100)
@@ -442,64 +614,91 @@ def run(cfg: Config, ctx: Context) -> Result:
 def _run(cfg: Config, ctx: Context) -> Result:
     start = time.perf_counter()
     checks = gradient_checks(cfg.seed)
-    bij_seeds = [_bijection_seed(cfg, cfg.seed + i) for i in range(cfg.n_seeds)]
-    runs: dict[str, dict[str, list[dict[str, float]]]] = {
-        "bijection": {name: [s[name] for s in bij_seeds] for name in ("init", *ARMS)}
-    }
+    seeds = [cfg.seed + i for i in range(cfg.n_seeds)]
+    per_seed = {"bijection": [_bijection_seed(cfg, s) for s in seeds]}
     t_bij = time.perf_counter() - start
-    runs["sticky"], sticky_floor = _sticky_all(cfg)
-    results = {
-        "bijection": _summarise(runs["bijection"], bij_seeds[0]["floor"]["kl"]),
-        "sticky": _summarise(runs["sticky"], sticky_floor),
+    per_seed["sticky"] = [_sticky_seed(cfg, s) for s in seeds]
+    t_sticky = time.perf_counter() - start - t_bij
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        t: {name: [s[name] for s in per_seed[t]] for name in ("init", *ARMS)} for t in TASKS
     }
+    results = {t: _summarise(runs[t], [s["floor"]["kl"] for s in per_seed[t]], cfg) for t in TASKS}
+    runs[ONEHEAD], onehead_floor = _onehead_all(cfg)
+    results[ONEHEAD] = _summarise(runs[ONEHEAD], [onehead_floor] * cfg.n_seeds, cfg)
     task_criteria = {task: _task_criteria(task, results[task], cfg) for task in TASKS}
-    outcomes = {task: _task_outcome(task_criteria[task]) for task in TASKS}
-    control_criteria = [criterion(f"Function check: {k}", v, "<=", cfg.grad_tol) for k, v in checks.items()]
-    control_criteria += [task_criteria[t]["B_frozen"] for t in TASKS]
-    controls_ok = all(c.passed for c in control_criteria)
-    verdict = _decide(outcomes, controls_ok)
+    identities = [identity(f"Function check: {k}", v, "<=", cfg.grad_tol) for k, v in checks.items()]
+    identities.append(
+        identity(f"{ONEHEAD}: max |Δ W_Q, W_K| of arm B (surgery control)", results[ONEHEAD]["B_qk_change"], "==", 0.0)
+    )
+    verdict, outcomes = _verdict(task_criteria, identities)
+    onehead_tracks = results[ONEHEAD]["A_kl"] <= cfg.learned_fraction * onehead_floor
     lines = ". ".join(_describe(t, results[t], outcomes[t]) for t in TASKS)
+    onehead_line = _describe("one head, reported (cannot represent the filter)", results[ONEHEAD], "not deciding")
+    failed = [c.metric for tc in task_criteria.values() for c in tc.values() if c.role == "gate" and not c.passed]
     head = {
         "REFUTED": "The falsifier holds: without the advantage term (B zero or D permuted) the posterior error comes "
         f"within {cfg.ratio_falsifier:g}× of the exact gradient's with the value-manifold signature present",
         "SUPPORTED": f"The advantage term is necessary on both tasks: B and D end >= {cfg.ratio_necessary:g}× worse in "
         "KL and lack the signature that A has",
-        "PARTIAL": "Neither the necessity rule nor the falsifier is met on every task"
-        + ("" if controls_ok else " (a runtime control failed)"),
+        "PARTIAL": "Arm A tracks and has plateaued on both tasks, and neither the necessity rule nor the falsifier is "
+        "met on every task",
+        "UNDECIDED": f"Undecided: a gate failed ({'; '.join(failed)}), so the ablations are not read",
     }[verdict]
-    summary = f"{head}. {lines}."
-    metrics: dict[str, Any] = {f"{t}_{k}": v for t in TASKS for k, v in results[t].items()}
+    summary = f"{head}. {lines}. {onehead_line}."
+    metrics: dict[str, Any] = {f"{t}_{k}": v for t in (*TASKS, ONEHEAD) for k, v in results[t].items()}
     metrics.update({f"outcome_{t}": outcomes[t] for t in TASKS})
+    metrics.update({f"kl_reading_{t}": _kl_reading(results[t], cfg) for t in (*TASKS, ONEHEAD)})
+    metrics["onehead_A_tracks"] = "yes" if onehead_tracks else "no"
     metrics.update({f"check_{k}": v for k, v in checks.items()})
-    for t in TASKS:
+    for t in (*TASKS, ONEHEAD):
         for name in ("init", *ARMS):
             metrics[f"{t}_{name}_kl_per_seed"] = [r["kl"] for r in runs[t][name]]
             metrics[f"{t}_{name}_pc1_per_seed"] = [r["pc1"] for r in runs[t][name]]
             metrics[f"{t}_{name}_rho_per_seed"] = [r["spearman_abs"] for r in runs[t][name]]
         for arm in ARMS:
             metrics[f"{t}_{arm}_final_loss_per_seed"] = [r["final_loss"] for r in runs[t][arm]]
+    for t in TASKS:
+        metrics[f"{t}_no_context_kl_per_seed"] = [s["floor"]["kl"] for s in per_seed[t]]
+        for arm in ARMS:
+            metrics[f"{t}_{arm}_plateau_drop_per_seed"] = [r["plateau_drop"] for r in runs[t][arm]]
+            metrics[f"{t}_{arm}_plateau_change_per_seed"] = [r["plateau_change"] for r in runs[t][arm]]
+        metrics[f"{t}_A_kl_history_per_seed"] = [r["kl_history"] for r in runs[t]["A"]]
     metrics["bijection_mae_per_arm"] = {a: _mean(runs["bijection"][a], "mae") for a in ("init", *ARMS)}
     metrics["bijection_wall_s"] = t_bij
+    metrics["sticky_wall_s"] = t_sticky
     metrics["wall_s"] = time.perf_counter() - start
-    criteria = [*control_criteria]
+    criteria = [*identities]
     for t in TASKS:
-        criteria += [c for k, c in task_criteria[t].items() if k != "B_frozen"]
+        criteria += list(task_criteria[t].values())
+    tb = cfg.testbed()
+    readings = {t: _kl_reading(results[t], cfg) for t in (*TASKS, ONEHEAD)}
     details = (
         f"Arms (score gradient): A exact α⊙(b − E_α b); B zero; C α⊙b (no baseline); D α_ij a_i,π_i(j), a fixed "
-        f"random permutation of the visible keys of each query row, drawn from the seed. {cfg.n_seeds} seed(s). "
+        f"random permutation of the visible keys of each query row, drawn from the seed. {cfg.n_seeds} seed(s) "
+        f"({seeds[0]}-{seeds[-1]}), each with its own data stream. "
         f"Bijection: V = {cfg.n_symbols} without replacement, {cfg.n_layers} layer(s), {cfg.n_heads} heads, d_model "
         f"{cfg.d_model}, AdamW (weight decay 0) lr {cfg.lr:g} warm-up {cfg.warmup_steps} then cosine, "
         f"{cfg.steps} steps of batch {cfg.batch_size}, {cfg.eval_size} held-out sequences; signature of the final "
-        f"residual at the key positions. Sticky chain: stay {cfg.stay:g}, noise {cfg.noise:g} (inputs x / noise), "
-        f"T = {cfg.length}, {cfg.n_train_sequences} training sequences full batch, Adam lr {cfg.sticky_lr:g}, "
-        f"{cfg.sticky_steps} steps, {cfg.n_heldout} held-out sequences; signature of αV at every position. A task "
-        f"decides only if arm A tracks (KL <= {cfg.learned_fraction:g} × no-context) with the signature "
-        f"(PC1 >= init + {cfg.sig_margin:g}, |ρ| >= max({cfg.rho_min:g}, init + {cfg.sig_margin:g})). Outcomes: "
-        f"{outcomes}. Arm C (no baseline) is reported, not decided on: KL_C / KL_A = "
+        f"residual at the key positions. Sticky testbed (implicit_em.windtunnel.sticky): stay {tb.stay:g}, noise "
+        f"{tb.noise:g}, T = {tb.length}, {tb.n_layers}-layer transformer with learned positions (d_model "
+        f"{tb.d_model}, {tb.n_heads} heads), labels sampled from the chain, a fresh batch of {tb.batch_size} windows "
+        f"each step, Adam lr {tb.lr:g} warm-up {tb.warmup_steps} then {tb.schedule}, {tb.steps} steps, "
+        f"{tb.eval_size} held-out windows per seed; signature of the final residual at every position. Gates on arm "
+        f"A at every seed: KL <= {cfg.learned_fraction:g} × no-context; the mean KL over the last "
+        f"{cfg.plateau_window:g} of the checkpoints at most {cfg.plateau_tol:g} × that bar below the window before; "
+        f"the signature (PC1 >= init + {cfg.sig_margin:g}, |ρ| >= max({cfg.rho_min:g}, init + {cfg.sig_margin:g})). "
+        f"Outcomes: {outcomes}; what the KL ratios alone say (not deciding): "
+        f"{readings}. "
+        f"Arm C (no baseline) is reported, not decided on: KL_C / KL_A = "
         f"{results['bijection']['C_over_A_kl']:.2f} (bijection), {results['sticky']['C_over_A_kl']:.2f} (sticky). "
-        f"Function checks (float64, max error): {', '.join(f'{k} {v:.1e}' for k, v in checks.items())}; arm B's "
-        f"query/key weights moved by {results['bijection']['B_qk_change']:.1e} (bijection) and "
-        f"{results['sticky']['B_qk_change']:.1e} (sticky)."
+        f"The companion's literal one-head setting (stay {cfg.onehead_stay:g}, noise {cfg.onehead_noise:g}, "
+        f"T = {cfg.onehead_length}, {cfg.onehead_train_sequences} pooled sequences, Adam {cfg.onehead_steps} steps) "
+        f"is reported, not deciding: it has no positions and cannot represent the filter; its arm A "
+        f"{'tracks' if onehead_tracks else 'does not track'} (KL {results[ONEHEAD]['A_kl']:.3f} against the "
+        f"no-context {onehead_floor:.3f} bits). Identities (float64, max error): "
+        f"{', '.join(f'{k} {v:.1e}' for k, v in checks.items())}; arm B's query/key weights moved by "
+        f"{results['bijection']['B_qk_change']:.1e} (bijection), {results['sticky']['B_qk_change']:.1e} (sticky) and "
+        f"{results[ONEHEAD]['B_qk_change']:.1e} (one head)."
     )
     return Result(verdict, summary, metrics, criteria, [_figure(ctx, results, runs)], details)
 

@@ -46,15 +46,25 @@ means over the training seeds, their ranges are reported):
   no-context floor;
 - the sigmoid transformer is *as good as* the softmax one if MAE_sigmoid <= ``ratio_tol`` (2) x MAE_softmax and
   KL_sigmoid <= ``ratio_tol`` x KL_softmax;
-- controls: the sigmoid objective really lacks the law (mean |sum_c dl/dz_c| at initialisation >= 0.1, the
-  off-diagonal Hessian exactly 0, the softmax gradient sums to 0 within 1e-12), and the token MLP (no context)
-  does not pass the tracking bar (its KL > the bar); otherwise PARTIAL.
+- gates (the testbed can decide; role ``gate``): the sigmoid objective really lacks the law (mean
+  |sum_c dl/dz_c| at initialisation >= 0.1), and the token MLP (no context) does not pass the tracking bar (its
+  KL > the bar); if either fails the verdict is UNDECIDED;
+- identities (role ``identity``: reported, not counted as evidence; a failed one raises, so the run is recorded as
+  ERROR): the sigmoid objective's off-diagonal Hessian is exactly 0 and the softmax CE gradient sums to 0 within
+  1e-12. Both hold on correct code whatever the model, the data or the training: independent BCE is a sum of
+  per-class terms, so ∂²ℓ/∂z_j∂z_k = 0 for j != k, and softmax CE's gradient r − t sums to 1 − 1 = 0 for every
+  logit vector. They say the objectives are the formulas they claim to be, not anything about training.
 
 REFUTED (as a necessity claim) if the sigmoid transformer tracks the posterior and is as good as softmax (or softmax
 fails where sigmoid succeeds): an objective without output normalisation yields the same Bayesian behaviour, so
 the loss's LSE law is not necessary for it. SUPPORTED if softmax tracks the posterior and sigmoid does not.
-PARTIAL if both track it but sigmoid is clearly worse (output normalisation helps but is not necessary), or if
-neither tracks it (the size is too small to decide).
+PARTIAL if both track it but sigmoid is clearly worse (output normalisation helps but is not necessary).
+UNDECIDED if neither tracks it (the size is too small to decide) or a gate failed.
+
+Issue 25: before it, the two identities were controls of the verdict (a failure gave PARTIAL), and a failed control
+or neither transformer tracking gave PARTIAL, which now reads "a weaker reading holds"; those outcomes never
+occurred (every recorded run before issue 25, quick and full, is REFUTED with every control met), so no recorded
+verdict changes. Under issue 25 the quick size was rerun at seeds 0–4 and the full size at seed 0 (docs/audit.md).
 
 Reported beside the verdict, not part of it: the sigmoid transformer seed by seed (on how many seeds it tracks,
 its per-seed ratios to softmax) and every model's entropy MAE at 3/4 of the steps next to its final one (was it
@@ -80,7 +90,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from implicit_em.experiments._base import Context, Criterion, Experiment, Result, Verdict, criterion, pyplot
+from implicit_em.experiments._base import (
+    Context,
+    Criterion,
+    Experiment,
+    Result,
+    Verdict,
+    criterion,
+    gate,
+    gated,
+    identity,
+    pyplot,
+)
 from implicit_em.laws import identity_residual
 from implicit_em.objectives import constrained_cross_entropy, independent_sigmoid_bce
 from implicit_em.windtunnel.config import WindTunnelConfig
@@ -237,8 +258,9 @@ def _bar(cfg: Config, m: dict[str, Any]) -> float:
 
 def _criteria(cfg: Config, m: dict[str, Any]) -> list[Criterion]:
     """The verdict's comparisons, in the order :func:`_decide` reads them: softmax tracks (MAE, KL), sigmoid
-    tracks (MAE, KL), sigmoid as good as softmax (MAE, KL), then the controls (the sigmoid objective lacks the
-    law, softmax has it, the no-context token MLP fails the bar)."""
+    tracks (MAE, KL), sigmoid as good as softmax (MAE, KL), then the controls: a gate (the sigmoid objective lacks
+    the law at initialisation), two identities (no cross-class Hessian for the sigmoids, softmax gradients summing
+    to 0) and a gate (the no-context token MLP fails the bar)."""
     bar = _bar(cfg, m)
     return [
         criterion("softmax_mae (tracks the posterior)", m["softmax_mae"], "<=", bar),
@@ -247,16 +269,26 @@ def _criteria(cfg: Config, m: dict[str, Any]) -> list[Criterion]:
         criterion("sigmoid_kl (tracks the posterior)", m["sigmoid_kl"], "<=", bar),
         criterion("sigmoid_mae (as good as softmax)", m["sigmoid_mae"], "<=", cfg.ratio_tol * m["softmax_mae"]),
         criterion("sigmoid_kl (as good as softmax)", m["sigmoid_kl"], "<=", cfg.ratio_tol * m["softmax_kl"]),
-        criterion("sigmoid_init_grad_sum_mean", m["sigmoid_init_grad_sum_mean"], ">=", cfg.min_init_grad_sum),
-        criterion("sigmoid_hessian_offdiag_max", m["sigmoid_hessian_offdiag_max"], "==", 0.0),
-        criterion("softmax_grad_sum_max", m["softmax_grad_sum_max"], "<=", cfg.softmax_sum_tol),
-        criterion("token_mlp_kl (negative control: no context fails the bar)", m["token_mlp_kl"], ">", bar),
+        gate("sigmoid_init_grad_sum_mean", m["sigmoid_init_grad_sum_mean"], ">=", cfg.min_init_grad_sum),
+        identity("sigmoid_hessian_offdiag_max", m["sigmoid_hessian_offdiag_max"], "==", 0.0),
+        identity("softmax_grad_sum_max", m["softmax_grad_sum_max"], "<=", cfg.softmax_sum_tol),
+        gate("token_mlp_kl (negative control: no context fails the bar)", m["token_mlp_kl"], ">", bar),
     ]
 
 
 def _decide(cfg: Config, m: dict[str, Any]) -> tuple[Verdict, str]:
-    c = [x.passed for x in _criteria(cfg, m)]
-    sm_ok, sg_ok, as_good, controls_ok = all(c[0:2]), all(c[2:4]), all(c[4:6]), all(c[6:])
+    """The verdict and its summary; a failed identity raises, a failed gate gives UNDECIDED (module docstring)."""
+    crit = _criteria(cfg, m)
+    verdict, summary = _rule(cfg, m, crit)
+    return gated(verdict, crit), summary
+
+
+def _rule(cfg: Config, m: dict[str, Any], crit: list[Criterion]) -> tuple[Verdict, str]:
+    """The verdict rule of the module docstring on the tests and gates of ``crit`` (identities are not read here;
+    :func:`_decide` passes the verdict through :func:`gated`, which raises on a failed one)."""
+    c = [x.passed for x in crit]
+    sm_ok, sg_ok, as_good = all(c[0:2]), all(c[2:4]), all(c[4:6])
+    gates_ok = all(x.passed for x in crit if x.role == "gate")
     numbers, seeds = _numbers(m), _per_seed(cfg, m)
     ratios = (
         f"sigmoid/softmax {m['sigmoid_over_softmax_mae']:.2f}x in entropy MAE and {m['sigmoid_over_softmax_kl']:.2f}x "
@@ -266,8 +298,9 @@ def _decide(cfg: Config, m: dict[str, Any]) -> tuple[Verdict, str]:
         "independent sigmoids at the output (no partition function over the classes, so no output "
         "responsibilities; the softmax attention inside the transformer remains)"
     )
-    if not controls_ok:
-        return "PARTIAL", f"A control failed (see the criteria), so the comparison does not decide; {numbers}."
+    if not gates_ok:
+        failed = ", ".join(x.metric for x in crit if x.role == "gate" and not x.passed)
+        return "UNDECIDED", f"A gate failed ({failed}), so the comparison does not decide; {numbers}."
     if sg_ok and (as_good or not sm_ok):
         return "REFUTED", (
             f"{removed.capitalize()} track the exact posterior as well as softmax CE does: {ratios}; {seeds}. With "
@@ -285,7 +318,7 @@ def _decide(cfg: Config, m: dict[str, Any]) -> tuple[Verdict, str]:
             f"Both track the posterior but {removed} are clearly worse ({ratios}): output normalisation helps but is "
             f"not necessary; {seeds}; {numbers}."
         )
-    return "PARTIAL", f"Neither transformer tracks the posterior at this size: too small to decide; {numbers}."
+    return "UNDECIDED", f"Neither transformer tracks the posterior at this size: too small to decide; {numbers}."
 
 
 def _per_seed(cfg: Config, m: dict[str, Any]) -> str:
@@ -492,7 +525,9 @@ def _details(cfg: Config, m: dict[str, Any], verdict: Verdict) -> str:
         f"after training (softmax: {m['softmax_grad_sum_max']:.1e} max); cross-class Hessian max "
         f"{m['sigmoid_hessian_offdiag_max']:.1e} (softmax {m['softmax_trained_hessian_offdiag_max']:.3f}); "
         f"residual against t - softmax(z): {m['sigmoid_init_law_residual']:.3f} at init, "
-        f"{m['sigmoid_trained_law_residual']:.4f} trained.",
+        f"{m['sigmoid_trained_law_residual']:.4f} trained. The zero cross-class Hessian of the sigmoids and the "
+        "zero gradient sum of softmax CE are identities (they hold for any logits): reported, not counted as "
+        "evidence.",
         "The objective never couples the classes; only at its optimum do the sigmoids approach the posterior, "
         "which on this task (uniform over unused values) makes sigmoid(z) and softmax(z) nearly equal, so the "
         "trained residual is small for a reason outside the objective.",

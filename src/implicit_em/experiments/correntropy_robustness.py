@@ -45,16 +45,33 @@ Verdict rule and thresholds (``Config``), all on the median over ``seeds`` seeds
 - C2, the LSE does not: at every far gap its shift is ≥ 1 SE, and its per-outlier gradient mass does not fall
   from the nearest gap to the farthest;
 - C3, correntropy forgoes the assignment structure: without outliers its duplicate rate exceeds the LSE's by ≥ 0.1
-  (mean over seeds: half a duplicate in five prototypes);
-- C4, the closed forms: autograd matches each objective's closed-form gradient to 1e-10 relative (float64; exp of
-  arguments up to ~600 rounds to ≈ 600·eps ≈ 1e-13 relative).
+  (mean over seeds: half a duplicate in five prototypes).
+
+Identities, reported and checked but not counted as evidence (role ``identity``; a failed one raises, so the run
+ends in ERROR, never in a verdict): the closed forms, autograd's per-outlier gradient against
+:math:`w_j\,2(m_j - x)/\sigma^2` for each objective to 1e-10 relative (float64; exp of arguments up to ~600 rounds
+to ≈ 600·eps ≈ 1e-13 relative). Each is the derivative of a formula computed two ways, so it holds for every input
+on correct code: it says the library's objectives are the formulas above, not that the data bear the claim out.
+Until issue 25 it was a criterion (C4) of the verdict, so a SUPPORTED rested partly on it.
+
+Tests (role ``test``), which could come out either way: C1–C3 are measured on fits to data. C1's robustness is close
+to what the kernel implies (an outlier at ≥ 4σ carries weight ≤ e^{−16} on every prototype near the inliers, so its
+shift is bounded far below the bar, and the gradient-mass ratio is exp(−Δρ²/σ²) at the fitted prototypes); it is
+still a test, because it depends on where the outliers are and where the fit goes (outliers placed near the ring,
+or a correntropy that is an LSE, fail it: the near-gap control and the planted tests show it). C2's magnitude and
+C3's duplicate rate depend on the data and the starts and are the experiment's empirical content. The controls
+below are tests too: a planted wrong closed form missing autograd is the power of the identity check (with K = 1
+the LSE's planted form equals the right one, so this control can fail), and near outliers moving correntropy is the
+power of the shift; if a control does not come out as it must, the run raises.
 
 Controls, which must fail or the experiment raises (ERROR, no verdict): near outliers (Δ ≤ 1σ) must shift correntropy
 by more than C1's threshold (otherwise the shift could not see outliers at all); planted wrong closed forms (the
 LSE's without r_j, correntropy's with exp(−d/σ²), the sigmoid's with σ(c − d)) must miss autograd by ≥ 1e-6.
 
-SUPPORTED if C1–C4 hold; REFUTED if C1 fails; PARTIAL otherwise (the summary says which part failed). The
-independent-sigmoid reading holds if C1's rule holds for the sigmoid objective.
+SUPPORTED if C1–C3 hold; REFUTED if C1 fails; PARTIAL otherwise (the summary says which part failed); a failed
+identity raises (:func:`~implicit_em.experiments._base.gated`). Before issue 25 the closed forms were C4 and a
+failure of theirs gave PARTIAL; they never failed, so no verdict changes. The independent-sigmoid reading holds if
+C1's rule holds for the sigmoid objective.
 
 Provenance of the rule: a prototype of this experiment was run on 5 seeds before the rule was written (it showed
 shifts of ~1e-7 s for correntropy and ≥ 1 s for the LSE at Δ ≥ 4σ, and a collapsed sigmoid fit); its outliers
@@ -69,7 +86,17 @@ from typing import Any
 import torch
 
 from implicit_em.distances import squared_euclidean
-from implicit_em.experiments._base import Context, Criterion, Experiment, Result, Verdict, criterion, pyplot
+from implicit_em.experiments._base import (
+    Context,
+    Criterion,
+    Experiment,
+    Result,
+    Verdict,
+    criterion,
+    gated,
+    identity,
+    pyplot,
+)
 from implicit_em.objectives import correntropy, independent_sigmoid_bce, mixture_nll
 
 __all__ = ["EXPERIMENT", "Config", "run"]
@@ -110,7 +137,7 @@ class Config:
     move_shift_se: float = 1.0  # C2: shift ≥ 1 SE
     vanishing_ratio: float = 1e-6  # C1: per-outlier gradient mass, farthest / nearest gap
     duplicate_excess: float = 0.1  # C3: half a duplicate in five prototypes
-    closed_form_rel: float = 1e-10  # C4
+    closed_form_rel: float = 1e-10  # the closed-form identities (float64 round-off, module docstring)
     planted_rel: float = 1e-6  # a planted closed form must miss by more than this
 
     @classmethod
@@ -346,7 +373,8 @@ def run(cfg: Config, ctx: Context) -> Result:
         + ", ".join(f"{k} {'holds' if v else 'fails'}" for k, v in parts.items())
         + f". Independent sigmoids (the issue's reading, not the paper's): far shift ≥ "
         f"{min(med['sigmoid'][i] for i in far):.2g} s, duplicate rate {_mean(dup['sigmoid']):.2f}: the reading is "
-        f"{sigmoid_reading}."
+        f"{sigmoid_reading}. Identities (reported, not counted as evidence): every closed-form gradient matches "
+        f"autograd to {max(closed_rel.values()):.1e} relative."
     )
     metrics: dict[str, Any] = {
         "gaps (units of σ)": list(cfg.gaps),
@@ -485,15 +513,14 @@ def _judge(
             cfg.duplicate_excess,
         )
     ]
-    c4 = [
-        criterion(f"{o}: closed-form gradient vs autograd, max relative miss", closed_rel[o], "<=", cfg.closed_form_rel)
+    identities = [
+        identity(f"{o}: closed-form gradient vs autograd, max relative miss", closed_rel[o], "<=", cfg.closed_form_rel)
         for o in OBJECTIVES
     ]
     parts = {
         "C1 correntropy ignores far outliers": all(c.passed for c in c1),
         "C2 the LSE does not": all(c.passed for c in c2),
         "C3 correntropy forgoes the assignment structure": all(c.passed for c in c3),
-        "C4 closed forms": all(c.passed for c in c4),
     }
     verdict: Verdict
     if not parts["C1 correntropy ignores far outliers"]:
@@ -504,7 +531,8 @@ def _judge(
         verdict = "PARTIAL"
     sigmoid = ignores("sigmoid")
     reading = "supported" if all(c.passed for c in sigmoid) else "contradicted"
-    return [*c1, *c2, *c3, *c4, *controls, *sigmoid], verdict, parts, reading
+    criteria = [*c1, *c2, *c3, *identities, *controls, *sigmoid]
+    return criteria, gated(verdict, criteria), parts, reading
 
 
 def _figure(

@@ -53,10 +53,27 @@ threshold in every draw; otherwise the check cannot fail, and the experiment rai
 4. the hard-label law e_y − r on the smoothed loss; smoothing mass spread over the wrong classes only
    (ε/(K−1) each).
 
-Verdict: each identity holds when every one of its checks is within its threshold in every draw (the worst case
-decides: one violation beyond round-off breaks an identity). Overall: SUPPORTED if all four hold, PARTIAL if some
-but not all hold (the summary names which), REFUTED if none holds. The rule and every threshold were set before
-the first run.
+What is an identity here and what is a test (issue 25). Every *law* check is an identity (role ``identity``,
+:func:`~implicit_em.experiments._base.identity`): it computes one mathematical object two ways, or checks a
+one-line theorem's inequality, so on correct code it holds for every input, whatever the draw; a failure is a bug
+(in the library, or in the check's round-off unit: History) and raises, so the run is recorded as ERROR, never as a
+verdict. The identities are reported, not counted as evidence. Every *control* is a test (role ``test``): whether
+a planted error is caught depends on the cases drawn, so it can fail on correct code (with one key per query uniform
+weights are α and the uniform-weight control cannot be caught; with K = 1 the bound without log K is the bound); it
+measures the power of the check beside it, and one that is not caught in every draw makes the run raise (the check
+could not have failed, so it says nothing).
+
+Verdict. Nothing this experiment measures is empirical: its claims are mathematics. It can give one verdict,
+SUPPORTED, when every identity holds (otherwise it raises) and every planted error is caught in every draw
+(otherwise it raises); SUPPORTED here means *verified*: the four formulas as the paper prints them (label smoothing
+as the audit reads it) hold in the library's float64 code to round-off, and each check could have caught a wrong
+formula. It is not evidence from data about the theory and should not be counted beside the empirical verdicts; the
+summary opens by saying so. It is not UNDECIDED either: UNDECIDED says the testbed could not decide, and here the
+question is decided, by proof and round-off, not by data. REFUTED and PARTIAL cannot occur: a wrong formula would
+have to be read from the ERROR's message (no formula checked here is wrong: each is a one-line derivation). Before
+issue 25 the law checks were counted as the verdict's criteria: SUPPORTED if all four identities held, PARTIAL if
+some did, REFUTED if none; on the same numbers that rule gives SUPPORTED too, so the verdict's word is unchanged and
+its reading is not. Every threshold was set before the first run.
 
 History: two units of the label-smoothing checks were corrected after a run, and both times the identity had been
 reported as not holding (verdict PARTIAL). The first quick run read 70 units on the partial-clamp check, whose
@@ -64,8 +81,9 @@ unit was eps·max(1, |log t|) while the distances it rounds are −log t plus a 
 spread); the first full run read 20 units on the check against torch's cross_entropy, whose unit was
 eps·max(1, |d|) while a loss near d = 0 is log K ≈ 6.9 (K = 1000), not |d| ≈ 0.005. Neither unit was the declared
 rule (eps times the size of what was rounded); they are now eps·max(1, |d|) and eps·max(1, |ℓ|). The threshold (16
-units) did not move; both checks are still measured in their first units, and the verdict those give is reported
-(``verdict under the first units``), not used.
+units) did not move; both checks are still measured in their first units, and the verdict those give under the rule
+of the time (identities counted, PARTIAL when one fails) is reported (``verdict under the first units``), not used;
+under today's rule those first units would raise (a failed identity), which is what they were: a bug in the unit.
 """
 
 import dataclasses
@@ -79,7 +97,17 @@ import torch
 import torch.nn.functional as F
 
 from implicit_em.distances import MahalanobisUnit
-from implicit_em.experiments._base import Context, Criterion, Experiment, Result, Verdict, criterion, pyplot
+from implicit_em.experiments._base import (
+    Context,
+    Criterion,
+    Experiment,
+    Result,
+    Verdict,
+    criterion,
+    gated,
+    identity,
+    pyplot,
+)
 from implicit_em.laws import hopfield_law
 from implicit_em.objectives import constrained_cross_entropy, lse, softmin_bounds
 
@@ -404,8 +432,9 @@ CHECKS: dict[str, Checks] = {
 
 
 def _aggregate(per_draw: list[list[_Measure]]) -> tuple[dict[Role, list[Criterion]], dict[str, list[float]]]:
-    """Criteria over draws, by role: a law check's worst draw (max) must stay within its threshold; a control's best
-    draw (min) must exceed it, so it is caught in every draw. Also each check's value per draw."""
+    """Criteria over draws, by role: a law check's worst draw (max) must stay within its threshold (an identity); a
+    control's best draw (min) must exceed it, so it is caught in every draw (a test). Also each check's value per
+    draw."""
     criteria: dict[Role, list[Criterion]] = {"law": [], "control": [], "first unit": []}
     values = {}
     for i, first in enumerate(per_draw[0]):
@@ -414,7 +443,7 @@ def _aggregate(per_draw: list[list[_Measure]]) -> tuple[dict[Role, list[Criterio
         if first.role == "control":
             criteria["control"].append(criterion(first.name, min(series), ">", first.threshold))
         else:
-            criteria[first.role].append(criterion(first.name, max(series), "<=", first.threshold))
+            criteria[first.role].append(identity(first.name, max(series), "<=", first.threshold))
     return criteria, values
 
 
@@ -426,7 +455,8 @@ def _holds_in_first_units(laws: list[Criterion], firsts: list[Criterion], measur
 
 
 def _verdict(holds: dict[str, bool]) -> Verdict:
-    """SUPPORTED when every identity holds, REFUTED when none does, PARTIAL otherwise (module docstring)."""
+    """The rule before issue 25, which counted the identities as evidence: SUPPORTED when every identity holds,
+    REFUTED when none does, PARTIAL otherwise (module docstring). Used only for the first-unit report (History)."""
     if all(holds.values()):
         return "SUPPORTED"
     return "PARTIAL" if any(holds.values()) else "REFUTED"
@@ -458,18 +488,22 @@ def run(cfg: Config, ctx: Context) -> Result:
         if firsts:
             metrics[f"{name}: first units (History), worst draw"] = {c.metric: c.measured for c in firsts}
         panels[name] = [(m.name, values[m.name], m.threshold, m.role) for m in per_draw[0]]
-    verdict = _verdict(holds)
     metrics["verdict under the first units (History; not used)"] = _verdict(holds_first)
     metrics["draws"] = cfg.draws
     figure = _figure(panels, ctx)
     held = [n for n in IDENTITIES if holds[n]]
     failed = [n for n in IDENTITIES if not holds[n]]
+    verdict = gated("SUPPORTED", criteria)  # raises if an identity failed; the controls raised above if not caught
     summary = (
+        "Verified, not tested on data: every law check is an identity (reported, not counted as evidence) and the "
+        "only tests are the planted-error controls, which measure the checks' power; "
         f"{len(held)} of 4 identities hold to round-off in float64 over {cfg.draws} draws of random cases"
         + (f" ({', '.join(held)})" if held else "")
         + (f"; not: {', '.join(failed)}" if failed else "")
         + ". Every planted error (no log K, wrong temperature; wrong bias sign, wrong power of λ, non-principal axes; "
-        "uniform weights, values ≠ keys; the hard-label law, mass on the wrong classes) is caught in every draw."
+        "uniform weights, values ≠ keys; the hard-label law, mass on the wrong classes) is caught in every draw, so "
+        "each check could have failed. SUPPORTED is the only verdict this experiment can give (a failed identity "
+        "raises): it records a verification of the paper's mathematics in the library, not empirical support."
     )
     return Result(
         verdict,

@@ -2,10 +2,17 @@
 
 The public API is the estimator, :class:`GaussianMixture` (as ``sklearn.mixture``), and the warning it gives when
 ``reg_covar`` dominates a feature's variance, :class:`RegCovarWarning`. Its machinery is internal, in
-underscored modules: the fitters (``_em``: batch EM, the float64 reference; ``_online_em``; ``_gd``), the
-quadratic-feature E/M engine (``_stats``), initialisation (``_init``), split-and-merge (``_split_merge``),
-``torch.distributed`` sums (``_distributed``), the fitter registry (``_fitting``), the data adapter (``_data``) and
-the input checks (``_validation``).
+underscored modules (every one is named here; ``tests/test_mixture_layout.py`` checks it):
+
+- the estimator: ``_gaussian_mixture`` (parameters, ``fit``, ``predict``, scoring), its loop over the ``n_init``
+  starts (``_starts``), the input checks (``_validation``), saving and loading (``_io``);
+- the fitters behind one interface (``_fitting``: settings, registry, history and progress): batch EM, the float64
+  reference (``_em``), online EM (``_online_em``), gradient descent: implicit EM (``_gd``, its float32 fast step
+  ``_gd_fast``), and where a stochastic fit stands inside its epochs (``_epochs``);
+- the E/M engine on quadratic features (``_stats``) and its fused float32 pass (``_fused``); initialisation
+  (``_init``); split-and-merge (``_split_merge``);
+- data: arrays, tensors, memmaps and batch iterables (``_data``); ``torch.distributed`` sums (``_distributed``);
+- stopping and resuming: checkpoints (``_checkpoint``), Ctrl-C held to a safe point (``_interrupt``).
 """
 
 from implicit_em.mixture._gaussian_mixture import GaussianMixture

@@ -10,6 +10,8 @@ Every ``history_`` record is built by :func:`history_record`.
 """
 
 import math
+import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -61,6 +63,7 @@ class FitSettings:
     volume: bool
     split_merge: int
     verbose: int
+    verbose_interval: int = 10
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> "FitSettings":
@@ -78,6 +81,7 @@ class FitSettings:
             volume=params["volume"],
             split_merge=int(params["split_merge"]),
             verbose=params["verbose"],
+            verbose_interval=int(params["verbose_interval"]),
         )
 
 
@@ -97,29 +101,56 @@ def history_record(
     return record
 
 
-class History:
-    """The ``history_`` of one start (a list of :func:`history_record` dicts) and its optional progress bar.
+#: In a log (stderr not a terminal), a line at least this often while a fit runs, whatever verbose_interval says.
+HEARTBEAT_S = 30.0
 
-    ``epoch`` is the fitters' :data:`~implicit_em.mixture._em.Callback` (it also advances the bar);
-    ``split_merge`` is the callback of the split-and-merge EM runs, numbered on from the last record.
+
+class History:
+    """The ``history_`` of one start (a list of :func:`history_record` dicts) and what ``verbose`` shows of it.
+
+    ``epoch`` is the fitters' :data:`~implicit_em.mixture._em.Callback`; ``split_merge`` is the callback of the
+    split-and-merge EM runs, numbered on from the last record. With ``verbose`` (:meth:`progress`): on a terminal
+    a tqdm bar with the current log-likelihood (``verbose=1``); in a log (stderr not a terminal, or
+    ``verbose >= 2``, as sklearn's lines) one line at the first iteration, every ``verbose_interval``-th, at least
+    every :data:`HEARTBEAT_S` seconds and where the fitter stopped, then the same for the EM iterations of the
+    split-and-merge trials: a fit running under ``nohup`` or a scheduler shows it is alive and where it stands.
     """
 
     def __init__(self, records: list[dict[str, Any]] | None = None) -> None:
         self.records: list[dict[str, Any]] = records if records is not None else []
         self._bar: Any = None
+        self._lines: tuple[str, int, int] | None = None  # (label, total, interval) while lines are shown
+        self._t0 = self._last = 0.0
 
     def epoch(self, epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
         self.records.append(history_record(epoch, loglik, seconds, usage))
         if self._bar is not None:
             self._bar.update(1)
             self._bar.set_postfix(loglik=f"{loglik:.5f}")
+        self._line(epoch, loglik, "")
 
     def split_merge(self, epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
         self.records.append(history_record(len(self.records) + 1, loglik, seconds, usage, split_merge=True))
+        self._line(epoch, loglik, "split-and-merge trial, ")
 
-    def progress(self, verbose: int, total: int, fitter: str, unit: str) -> "History":
-        """Show a tqdm bar (when verbose) while the ``with`` block runs; ``epoch`` advances it."""
-        if verbose:
+    def _line(self, epoch: int, loglik: float, what: str, force: bool = False) -> None:
+        if self._lines is None:
+            return
+        label, total, interval = self._lines
+        now = time.perf_counter()
+        if force or epoch == 1 or epoch % interval == 0 or now - self._last >= HEARTBEAT_S:
+            self._last = now
+            print(f"{label}: {what}{epoch}/{total}, loglik {loglik:.6f}, {now - self._t0:.1f} s", file=sys.stderr,
+                  flush=True)  # fmt: skip
+
+    def progress(self, verbose: int, total: int, fitter: str, unit: str, interval: int = 10) -> "History":
+        """Show the fit's progress (when verbose) while the ``with`` block runs: a bar or lines (class doc)."""
+        if not verbose:
+            return self
+        if verbose >= 2 or not bool(getattr(sys.stderr, "isatty", lambda: False)()):
+            self._lines, self._t0 = (f"GaussianMixture[{fitter}] {unit}", total, max(1, interval)), time.perf_counter()
+            self._last = self._t0
+        else:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total, desc=f"GaussianMixture[{fitter}]", unit=unit)
@@ -132,6 +163,9 @@ class History:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        if self._lines is not None and self.records and exc[0] is None:  # the lines go on for split-and-merge
+            last = self.records[-1]
+            self._line(int(last["epoch"]), float(last["loglik"]), "stopped at ", force=True)
 
 
 class Fitter(Protocol):

@@ -193,6 +193,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             ),
             (isinstance(self.learning_rate, int | float) and self.learning_rate > 0, "learning_rate", "> 0"),
             (isinstance(self.split_merge, int | np.integer) and self.split_merge >= 0, "split_merge", ">= 0"),
+            (
+                isinstance(self.verbose_interval, int | np.integer) and self.verbose_interval >= 1,
+                "verbose_interval",
+                ">= 1",
+            ),
         ]
         for ok, name, what in checks:
             if not ok:

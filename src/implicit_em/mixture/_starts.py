@@ -111,7 +111,7 @@ class Starts:
 
         assert progress.generator is not None
         verbose = settings.verbose if _distributed.rank() == 0 else 0
-        with history.progress(verbose, settings.max_iter, settings.fitter, fitter.unit):
+        with history.progress(verbose, settings.max_iter, settings.fitter, fitter.unit, settings.verbose_interval):
             result, state = fitter.fit(
                 self.data,
                 params,

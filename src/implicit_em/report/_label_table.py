@@ -168,6 +168,10 @@ UNITS: dict[str, list[tuple[str, str]]] = {
         *_WIND_TUNNEL_UNITS,
     ],
     "advantage_ablation": [
+        (r"plateau_in_bars|track_ratio", "ratio"),
+        (r"plateau_change", "relative"),
+        (r"plateau_drop", "bits"),
+        (r"^kl_reading_|_tracks$", "verdict"),
         (r"_(pc1|pc12)(_sd|_per_seed)?$", "fraction"),
         (r"participation_ratio", "components"),
         (r"spearman_abs|_rho_per_seed", "|Spearman ρ|"),
@@ -286,7 +290,7 @@ PHRASES: dict[str, dict[str, str]] = {
         "null_share": "null share", "train_null_share": "training null share", "tau": "null distance τ",
         "null_minus_softmin": "null − soft-min", "null_sd": "null SD", "scales": "logit scales",
         "scaled_max_r_median": "median max r after scaling", "scaled_r0_median": "median r₀ after scaling",
-        "n_known_test": "known test points", "n_ood": "OOD test points",
+        "n_known_test": "known test points", "n_ood": "OOD test points", "natural": "natural-image patches",
     },
     "sticky_manifold": {
         "chance": "random subspace (chance)", "chance_raw": "random subspace, raw read-out (chance)",
@@ -308,6 +312,13 @@ PHRASES: dict[str, dict[str, str]] = {
         "check: exact advantage vs autograd", "check_no_baseline_minus_exact": "check: no-baseline minus exact",
         "check_zero": "check: zero advantage", "check_permuted_vs_exact": "check: permuted vs exact",
         "final_loss": "final loss", "mae_per_arm": "entropy MAE per arm",
+        "onehead": "one-head sticky setting (cannot represent the filter):", "sticky": "sticky testbed:",
+        "track_ratio_max": "worst seed's KL / no-context KL (tracking gate)",
+        "plateau_drop_max": "worst seed's last-fifth KL drop", "plateau_drop": "last-fifth KL drop",
+        "plateau_in_bars_max": "worst seed's last-fifth KL drop / plateau allowance (gate)",
+        "plateau_change_max": "worst seed's relative last-fifth KL drop",
+        "plateau_change": "relative last-fifth KL drop",
+        "kl_reading": "KL ratios alone say, for", "tracks": "tracks the posterior", "kl_history": "held-out KL curve",
     },
     "correntropy_robustness": {"parts": "parts of the claim"},
     "foundations": {"label_smoothing": "label smoothing"},
@@ -337,8 +348,13 @@ PHRASES: dict[str, dict[str, str]] = {
         "softmax": "transformer, softmax CE",
         "n_symbols": "symbols", "hmm_states": "HMM hidden states", "hmm_obs": "HMM observations",
         "attention_row_sum": "attention row sum", "emission_only": "emission-only", "plateau_drop": "plateau drop",
-        "softmax_op_count": "softmax ops in the graph", "softmax_ops": "softmax ops in the graph",
+        "softmax_op_count": "K-way softmax/LSE ops in the graph", "softmax_ops": "K-way softmax/LSE ops in the graph",
+        "two_way_lse_op_count": "two-way LSE ops (softplus, log-sigmoid, BCE) in the graph",
+        "two_way_lse_ops": "two-way LSE ops (softplus, log-sigmoid, BCE) in the graph",
+        "sigmoid_op_count": "sigmoid ops (two-way softmax) in the graph",
         "causal_leak_per_arm": "causal leak per arm", "causal_leak_max": "causal leak, max",
+        "hmm": "HMM task, soft posterior target (reported):", "hmm_sampled": "HMM task, sampled states:",
+        "task_states": "softmax arm's state per task",
     },
 }  # fmt: skip
 
@@ -354,4 +370,14 @@ EXACT: dict[tuple[str, str], tuple[str, str, str]] = {
     ("sticky_sculpting", "d_mean"): ("mean Δ KL (trained − init)", "bits", ""),
     ("open_set", "tau"): ("null distance τ", "distance", "the null component's learned distance"),
     ("open_set", "auroc_random_null_sd"): ("SD of AUROC for a random score", "AUROC", ""),
+    ("open_set", "earlier_pool_verdict"): (
+        "verdict on the earlier OOD pool (digits 7–9 and noise, without the natural patches)",
+        "verdict",
+        "the rule before issue 25, computed in the same run; not used",
+    ),
+    ("open_set", "earlier_pool_criteria"): (
+        "criteria on the earlier OOD pool (digits 7–9 and noise), measured",
+        "as each criterion",
+        "the same C1–C6 as the verdict's, on the pool before issue 25",
+    ),
 }

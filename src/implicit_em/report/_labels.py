@@ -138,7 +138,7 @@ _CAPTIONS: dict[str, str] = {
     "(mean cos² of principal angles), and the value signature against Bayes.",
     "advantage_ablation": "Advantage ablation: KL and value signature of each arm (A-D) on both tasks.",
     "two_timescale": "Two time scales: distance of A, V, W_V and W_QK from their end points over training.",
-    "normalisation_necessity_kl": "Normalisation necessity: KL to Bayes per architecture, on both tasks.",
+    "normalisation_necessity_kl": "Normalisation necessity: KL to Bayes per architecture, on the three tasks.",
     "normalisation_necessity_curves": "Normalisation necessity: KL to Bayes over training, per architecture.",
 }
 

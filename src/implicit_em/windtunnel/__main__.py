@@ -26,13 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm.contrib.logging import logging_redirect_tqdm
+_PRESET_NAMES = ("full", "quick", "tiny")  # WindTunnelConfig's class methods; importing it imports torch
 
-from implicit_em.windtunnel.config import LOSSES, MODELS, TASKS, WindTunnelConfig
-from implicit_em.windtunnel.tasks import BijectionTask
-from implicit_em.windtunnel.train import CheckpointError, NonFiniteLossError, _check_run_inputs, train
 
-_PRESETS = {"quick": WindTunnelConfig.quick, "full": WindTunnelConfig.full, "tiny": WindTunnelConfig.tiny}
+def _presets() -> dict[str, Any]:
+    from implicit_em.windtunnel.config import WindTunnelConfig
+
+    return {name: getattr(WindTunnelConfig, name) for name in _PRESET_NAMES}
 
 
 def _parse_bool(text: str) -> bool:
@@ -86,17 +86,32 @@ _PROG = "python -m implicit_em.windtunnel"
 
 def _preset_values(name: str) -> str:
     """``quick 20, full 64, tiny 8``, or ``20 in every preset``: what each preset sets the field to."""
-    values = {preset: getattr(make(), name) for preset, make in sorted(_PRESETS.items())}
+    values = {preset: getattr(make(), name) for preset, make in sorted(_presets().items())}
     if len(set(map(repr, values.values()))) == 1:
         return f"{next(iter(values.values()))!r} in every preset"
     return ", ".join(f"{preset} {value!r}" for preset, value in values.items())
 
 
-def build_parser(prog: str = _PROG) -> argparse.ArgumentParser:
+def build_parser(prog: str = _PROG, train_options: bool = True) -> argparse.ArgumentParser:
+    """The command's parser. ``train_options=False`` leaves out ``train``'s options, one per field of the config
+    (whose module imports torch): enough for ``--help``, ``oracle``, ``summarize`` and a wrong command name."""
     parser = argparse.ArgumentParser(prog=prog, description="Train and read the Bayesian wind tunnels.")
     sub = parser.add_subparsers(dest="command", required=True)
     tr = sub.add_parser("train", help="train a model on a wind tunnel and write a run directory")
-    tr.add_argument("--preset", choices=sorted(_PRESETS), default="quick")
+    if train_options:
+        _add_train_options(tr)
+    summ = sub.add_parser("summarize", help="collect the final numbers of run directories into one JSON file")
+    summ.add_argument("run_dirs", nargs="+")
+    summ.add_argument("--out", required=True)
+    orc = sub.add_parser("oracle", help="print the no-context oracle (entropy MAE, bits) of bijection tasks")
+    orc.add_argument("--n-symbols", type=int, default=20)
+    return parser
+
+
+def _add_train_options(tr: argparse.ArgumentParser) -> None:
+    from implicit_em.windtunnel.config import LOSSES, MODELS, TASKS, WindTunnelConfig
+
+    tr.add_argument("--preset", choices=_PRESET_NAMES, default="quick")
     tr.add_argument("--out", required=True, help="run directory (resumes if it holds a checkpoint)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
     hints = typing.get_type_hints(WindTunnelConfig)
@@ -117,12 +132,6 @@ def build_parser(prog: str = _PROG) -> argparse.ArgumentParser:
             default=None,
             help=f"presets: {presets}",
         )
-    summ = sub.add_parser("summarize", help="collect the final numbers of run directories into one JSON file")
-    summ.add_argument("run_dirs", nargs="+")
-    summ.add_argument("--out", required=True)
-    orc = sub.add_parser("oracle", help="print the no-context oracle (entropy MAE, bits) of bijection tasks")
-    orc.add_argument("--n-symbols", type=int, default=20)
-    return parser
 
 
 def _error(command: str, message: str, code: int, prog: str = _PROG) -> int:
@@ -137,8 +146,12 @@ def main(argv: Sequence[str] | None = None, prog: str = _PROG) -> int:
     An interrupt (Ctrl-C, SIGTERM) is not caught here: ``train`` saves at a step boundary and re-raises
     KeyboardInterrupt, which reaches the caller (the ``__main__`` guard turns it into exit status 130).
     """
-    args = build_parser(prog).parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in given if not a.startswith("-")), None)
+    args = build_parser(prog, train_options=command == "train").parse_args(given)
     if args.command == "oracle":
+        from implicit_em.windtunnel.tasks import BijectionTask
+
         try:
             tasks = {r: BijectionTask(args.n_symbols, replacement=r) for r in (False, True)}
         except ValueError as e:
@@ -155,11 +168,16 @@ def main(argv: Sequence[str] | None = None, prog: str = _PROG) -> int:
         Path(args.out).write_text(json.dumps(runs, indent=2) + "\n")
         print(f"wrote {args.out} ({len(runs)} runs)")
         return 0
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    from implicit_em.windtunnel.config import WindTunnelConfig
+    from implicit_em.windtunnel.train import CheckpointError, NonFiniteLossError, _check_run_inputs, train
+
     overrides = {
         f.name: getattr(args, f.name) for f in dataclasses.fields(WindTunnelConfig) if getattr(args, f.name) is not None
     }
     try:
-        config = _PRESETS[args.preset](**overrides)
+        config = _presets()[args.preset](**overrides)
         _check_run_inputs(config, args.out, None)
     except (TypeError, ValueError) as e:  # the config's checks name the setting; the option is --setting-name
         return _error("train", str(e), 2, prog)

@@ -36,11 +36,13 @@ Gates (declared here, before any ablation is read):
 
 - *tracks*: held-out KL(Bayes ‖ model) <= ``track_fraction`` (0.1, issue 25) x KL(Bayes ‖ no-context), both
   averaged over every position of the same held-out windows (:meth:`StickyTestbed.tracks`);
-- *plateau*: the mean held-out KL over the last ``plateau_window`` (0.2) of the evaluation checkpoints is at least
-  (1 - ``plateau_tol``) (0.8) of the mean over the ``plateau_window`` before it: the last fifth of training no
-  longer improves the KL by more than 20% (:func:`plateau_change`). Under a learning rate that decays to zero a
-  run slows down by construction; the tolerance is therefore loose on purpose, and the rate is constant here (after
-  warm-up), so a plateau is the model's, not the schedule's.
+- *plateau*: the mean held-out KL over the last ``plateau_window`` (0.2) of the evaluation checkpoints is at most
+  ``plateau_tol`` (0.25) x the tracking bar below the mean over the window before it (:func:`plateau_drop`): the
+  last fifth of training no longer moves the KL on the scale the tracking gate reads (a quarter of the bar), so
+  more steps would not turn a tracking arm into a non-tracking one or back. The relative drop
+  (:func:`plateau_change`) is reported beside it, not gated on: under a rate annealed to zero, as here, the last
+  fifth lowers the noise floor of sampled-label training by a roughly fixed share at *every* budget (pilot: 20-50%
+  at 1,200-4,000 steps), so a relative rule would never be met by a KL that keeps going to zero.
 
 Pilot (arm A, exact gradient, seeds 100-102, disjoint from the deciding seeds 0-4; chosen on the held-out KL ratio
 KL_A / KL_nc at the end and on the wall time, before any ablation arm was trained): see :data:`PILOT`.
@@ -72,9 +74,24 @@ __all__ = [
     "forward_filter",
     "parameter_groups",
     "plateau_change",
+    "plateau_drop",
 ]
 
-PILOT = "filled in after the pilot"
+PILOT = (
+    "Arm A (exact gradient), seeds 100-102 (the deciding seeds are 0-4), held-out KL on 256 windows, before any "
+    "ablation arm was trained on this testbed; T = 32, d_model 32, 2 heads, d_ff 64, Adam, warm-up 50. "
+    "Stay 0.8, noise 3 (the earlier audit setting; no-context KL 0.38 bits): 2 layers, batch 32, 2,000 steps, "
+    "constant lr 1e-3 or 3e-3: KL/KL_nc 0.18 and 0.17 (still falling). Stay 0.9, noise 3 (no-context KL 0.74; "
+    "noise 2-5 scanned: 0.50-0.74): batch 32 constant 3e-3: 0.12; cosine 3e-3: 0.10; cosine 1e-2: 0.096; batch 64 "
+    "cosine 3e-3: 0.075; d_model 64: 0.090; batch 64 cosine 1e-2: 0.058, 0.058, 0.061 (seeds 100-102, 26-33 s "
+    "each on a loaded core); the same at 1,200 steps: 0.094, 0.088, 0.092; 1 layer, 2,000 steps: 0.087-0.090; "
+    "stay 0.95: 0.054 (no-context 1.05); noise 4: 0.076. Longer: 3,000 steps 0.040 (seed 101), 4,000 steps 0.031 "
+    "(seed 100). Chosen: stay 0.9, noise 3, 2 layers, batch 64, lr 1e-2 cosine, 2,000 steps (quick) and 3,000 "
+    "(full): the cheapest recipe whose ratio sat below the 0.1 bar with margin on every pilot seed. The relative "
+    "plateau rule first drafted (last fifth within 20% of the fifth before) failed at every budget tried "
+    "(1,200-4,000 steps) while the KL kept falling towards 0 under the annealed rate, so the gate reads the drop "
+    "against the tracking bar instead (module docstring)."
+)
 
 _TRAIN_STREAM, _EVAL_STREAM = 1_000_003, 2_000_003  # seed offsets: the training and held-out streams never meet
 
@@ -220,6 +237,16 @@ def parameter_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
     return groups
 
 
+def plateau_drop(history: list[float], window: float = 0.2) -> float:
+    """How far the mean held-out KL fell from the previous window of checkpoints to the last one, in the history's
+    units: mean(previous) - mean(last); each window is the last ``window`` share of ``history`` (at least one
+    checkpoint). Positive: still improving. NaN if there are fewer than two windows."""
+    n = max(1, round(window * len(history)))
+    if len(history) < 2 * n:
+        return math.nan
+    return (sum(history[-2 * n : -n]) - sum(history[-n:])) / n
+
+
 def plateau_change(history: list[float], window: float = 0.2) -> float:
     """Relative drop of the mean held-out KL from the previous window of checkpoints to the last one:
     (mean(previous) - mean(last)) / mean(previous); each window is the last ``window`` share of ``history``
@@ -249,7 +276,7 @@ class StickyTestbed:
     The defaults are the quick size chosen by the pilot (:data:`PILOT`); :meth:`full` is the full size.
     """
 
-    stay: float = 0.8
+    stay: float = 0.9  # pilot: at 0.8 the no-context KL is 0.38 bits and A ended at 0.17-0.18 of it (2,000 steps)
     noise: float = 3.0
     n_symbols: int = 8
     n_features: int = 20
@@ -260,23 +287,23 @@ class StickyTestbed:
     n_layers: int = 2
     n_heads: int = 2
     d_ff: int = 64
-    # training recipe (Adam, warm-up then constant; the pilot's)
-    lr: float = 3e-3
+    # training recipe (Adam, warm-up then cosine to 0; the pilot's)
+    lr: float = 1e-2
     warmup_steps: int = 50
-    schedule: str = "constant"  # after warm-up: "constant" or "cosine" (to 0 at ``steps``)
-    steps: int = 1500
-    batch_size: int = 32
+    schedule: str = "cosine"  # after warm-up: "constant" or "cosine" (to 0 at ``steps``)
+    steps: int = 2000
+    batch_size: int = 64
     eval_size: int = 256  # held-out windows for the gates
     eval_every: int = 50  # checkpoints for the plateau gate
     # gates (issue 25: tracking; the plateau rule is this module's, declared before any ablation run)
     track_fraction: float = 0.1  # KL_model <= 0.1 x KL_no-context
     plateau_window: float = 0.2  # the last fifth of the checkpoints against the fifth before
-    plateau_tol: float = 0.2  # ... improves the mean KL by at most 20%
+    plateau_tol: float = 0.25  # ... lowers the mean KL by at most a quarter of the tracking bar
     _cache: dict[str, Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def full(cls) -> "StickyTestbed":
-        """The full size (pilot: :data:`PILOT`)."""
+        """The full size: 3,000 steps (pilot: :data:`PILOT`)."""
         return cls(steps=3000)
 
     # ------------------------------------------------------------------------------------------------ the chain
@@ -315,6 +342,20 @@ class StickyTestbed:
 
         The first three fields are the ``(x (B,T,D) float, y (B,T) sampled labels, posterior (B,T,C))`` the
         experiments train and measure on."""
+        states, x = self._draw(batch, generator)
+        log_lik = self.log_likelihood(x)
+        posterior = forward_filter(log_lik, self.transition) @ self.transition  # p(y_t | x_{1:t})
+        no_context = torch.softmax(log_lik, dim=-1) @ self.transition  # p(y_t | x_t)
+        return StickyBatch(x.float(), states[:, 1:].clone(), posterior, no_context, states)
+
+    def sample_xy(self, batch: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Only the training pair (x (B, T, D) float32, y (B, T)) of :meth:`sample`: the same draws from
+        ``generator`` (so the same stream), without the filter."""
+        states, x = self._draw(batch, generator)
+        return x.float(), states[:, 1:].clone()
+
+    def _draw(self, batch: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """States y_0..y_T (B, T + 1) and inputs x / σ (B, T, D) float64."""
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
         c, t = self.n_symbols, self.length
@@ -327,10 +368,7 @@ class StickyTestbed:
             states[:, step + 1] = (row < u[:, step, None]).sum(dim=1).clamp(max=c - 1)
         eps = torch.randn(batch, t, self.n_features, generator=generator, dtype=torch.float64)
         x = self.means[states[:, :-1]] / self.noise + eps  # (B, T, D): x_t observes y_{t-1}, unit noise
-        log_lik = self.log_likelihood(x)
-        posterior = forward_filter(log_lik, self.transition) @ self.transition  # p(y_t | x_{1:t})
-        no_context = torch.softmax(log_lik, dim=-1) @ self.transition  # p(y_t | x_t)
-        return StickyBatch(x.float(), states[:, 1:].clone(), posterior, no_context, states)
+        return states, x
 
     def eval_batch(self, seed: int) -> StickyBatch:
         """The held-out windows of ``seed`` (``eval_size`` of them)."""
@@ -377,10 +415,15 @@ class StickyTestbed:
         """The tracking gate: ``model_kl`` <= ``track_fraction`` x KL(Bayes ‖ no-context) on ``batch``."""
         return model_kl <= self.tracking_bar(batch)
 
-    def plateaued(self, history: list[float]) -> bool:
-        """The plateau gate on a held-out KL history: :func:`plateau_change` <= ``plateau_tol``."""
-        change = plateau_change(history, self.plateau_window)
-        return change == change and change <= self.plateau_tol
+    def plateau_bar(self, batch: StickyBatch) -> float:
+        """The most the mean held-out KL may still fall over the last window of training (bits):
+        ``plateau_tol`` x the tracking bar."""
+        return self.plateau_tol * self.tracking_bar(batch)
+
+    def plateaued(self, history: list[float], batch: StickyBatch) -> bool:
+        """The plateau gate on a held-out KL history: :func:`plateau_drop` <= :meth:`plateau_bar`."""
+        drop = plateau_drop(history, self.plateau_window)
+        return drop == drop and drop <= self.plateau_bar(batch)
 
     # ----------------------------------------------------------------------------------------------- training
 
@@ -393,11 +436,11 @@ class StickyTestbed:
             return 0.5 * self.lr * (1.0 + math.cos(math.pi * min(1.0, (step - self.warmup_steps) / span)))
         return self.lr
 
-    def batches(self, seed: int) -> Iterator[StickyBatch]:
-        """The endless online stream of fresh training batches of ``seed``."""
+    def batches(self, seed: int) -> Iterator[tuple[Tensor, Tensor]]:
+        """The endless online stream of fresh training batches (x, y) of ``seed`` (:meth:`sample_xy`)."""
         g = self.train_generator(seed)
         while True:
-            yield self.sample(self.batch_size, g)
+            yield self.sample_xy(self.batch_size, g)
 
 
 def fit(
@@ -428,9 +471,9 @@ def fit(
         rate = schedule(step)
         for group in opt.param_groups:
             group["lr"] = rate * group.get("lr_scale", 1.0)
-        b = next(stream)
-        logits = model(b.x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b.y.reshape(-1))
+        x, y = next(stream)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
