@@ -132,6 +132,7 @@ __all__ = [
     "em_fixed_point",
     "em_path",
     "em_polish",
+    "em_step",
     "fisher_and_xu_jordan",
     "gauge_basis",
     "gd_path",
@@ -142,12 +143,15 @@ __all__ = [
     "mean_loglik",
     "mean_loglik_direct",
     "n_params",
+    "objective",
+    "objective_direct",
     "off_path",
     "one_gaussian_point",
     "online_em_path",
     "pack",
     "passes_to",
     "path_gap",
+    "penalty",
     "planted_start",
     "problem",
     "run",
@@ -155,6 +159,7 @@ __all__ = [
     "score",
     "theta_gap",
     "unpack",
+    "value",
 ]
 
 COVARIANCE = "full"
