@@ -414,6 +414,29 @@ def test_a_non_converged_deciding_arm_makes_it_undecided(tmp_path: Path) -> None
     assert res.verdict == "UNDECIDED" and not res.criteria[0].passed
 
 
+def test_the_practical_arm_as_the_deciding_arm_makes_it_undecided(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the deciding L-BFGS arm replaced by the arm the earlier REFUTED came from: mini-batch Adam stopped by its
+    # plateau rule (tol 1e-5) or the pass cap, whose end is not certified. The gate must say UNDECIDED, not decide.
+    from implicit_em.mixture._data import DataSource
+
+    def adam(theta: torch.Tensor, pr: so.Problem, cfg: so.Config) -> tuple[torch.Tensor, float, int, int]:
+        x = (pr.u * pr.scale + pr.shift).numpy()
+        data = DataSource(x, torch.device("cpu"), torch.float64)
+        path, epochs = so.gd_path(
+            data, so.unpack(theta, pr), pr.shift, pr.scale, cfg.passes, cfg.batch_size, cfg.learning_rate, cfg.tol, 0
+        )
+        end = so.pack(path[-1], pr)
+        return end, float(so.gradient(end, pr)[1].norm()), epochs, 0
+
+    monkeypatch.setattr(so, "_lbfgs", adam)
+    res = so.EXPERIMENT.run(_small(), Context(tmp_path))
+    assert min(res.metrics["L-BFGS's ‖∇‖ at its end, per start"]) > 1e-6  # Adam's end: far from the certificate
+    assert set(res.metrics["the start decides, or why not, per start"]) == {"L-BFGS not certified"}
+    assert res.verdict == "UNDECIDED" and not res.criteria[0].passed
+
+
 def test_a_flat_certified_end_is_a_slow_region_and_undecided(tmp_path: Path) -> None:
     # at 1,500 rows L-BFGS empties a component from the second start: certified by ‖∇‖, degenerate by its Hessian
     res = so.EXPERIMENT.run(dataclasses.replace(_small(), n=1500), Context(tmp_path))
