@@ -2,46 +2,100 @@ r"""EM and gradient descent on the same mixture objective: same fixed points, sa
 
 Claim (paper §4.1, of gradient descent on :math:`L = -\log\sum_j \exp(-d_j)`): "This regime optimizes the same
 objective as classical EM on mixture models, with the same responsibilities governing both the fixed points and
-the path toward them." The two halves are tested separately.
+the path toward them." Bounded by §3.2: "the gradient is the responsibility-weighted update direction (Fisher’s
+identity), and the EM step is that same gradient under a positive-definite preconditioner (Xu and Jordan,
+1996)—the two methods share update structure, though not trajectories (Zhang et al., 2020)." Two halves:
 
-Method. Data from a known full-covariance mixture (quick: K = 4, D = 2, N = 5000; full: K = 8, D = 8,
-N = 50,000) and a held-out set. ``n_starts`` starts away from the optimum, each K distinct data rows as means,
-the data's covariance for every component and equal weights (``random_from_data`` means with a non-degenerate
-covariance). From each start the library's three fitters run ``passes`` passes over the data: batch EM
-(:func:`~implicit_em.mixture._em.fit_em`, one iteration per pass), online EM
-(:func:`~implicit_em.mixture._online_em.fit_online_em`, one epoch per pass, its state carried on, so the passes
-are one continuous run) and gradient descent (:func:`~implicit_em.mixture._gd.fit_gd`: Adam on the exact
-negative log-likelihood, i.e. implicit EM, the library's schedule, read after every epoch by its callback).
-Every fitter's parameters after every pass are scored by one full-data scorer, the library's exact mean
-log-likelihood (``_fitting._mean_loglik``, what ``GaussianMixture.score`` computes), so no fitter's own log
-(EM's pre-update value, the running mini-batch average of online EM and gd) enters a comparison.
+- fixed points (§4.1's "the same responsibilities governing both the fixed points"): decided by a certified
+  comparison (issue 25 §4), below;
+- path (§4.1's "and the path toward them", read with §3.2's "share update structure, though not trajectories"):
+  the paper claims the update structure, which is analytic (Fisher's identity and the Xu–Jordan preconditioner),
+  and disclaims the trajectories. So the path half is checked as two identities at points of EM's and gd's
+  paths (reported, not counted as evidence), and the per-pass trajectory gap is reported as what §3.2 says it is
+  (different), not as a test: a claim the paper does not make is not tested.
 
-Fixed points: run EM to convergence from gradient descent's end point; at an EM fixed point it gains nothing and
-moves nothing. Path: the gap between two trajectories from the same start is the largest difference over passes
-1..P of their full-data log-likelihoods (nats/sample), and of their means (component by component, in data
-standard deviations).
+Data: a known full-covariance mixture (quick: K = 4, D = 2, N = 5000; full: K = 8, D = 8, N = 50,000), held-out
+data, ``n_starts`` starts away from the optimum (K distinct data rows as means, the data's covariance, equal
+weights).
 
-Controls. (i) The fixed-point test applied to the start: EM (its P passes) must gain more than the tolerance
-there (else the start is already a fixed point and the test has no power: the old experiment's flaw). (ii) The
-path test applied to EM from two different starts (means matched by Hungarian assignment at every pass): the gap
-must exceed the tolerance (else the metric cannot tell paths apart). (iii) Gradient descent's own path noise: gd again
-with another mini-batch order; the path tolerance is the larger of the fixed one and this floor, so gd is only
-asked to follow EM's path as closely as it follows its own. (iv) Reported: gd at half the learning rate and
-online EM, two responsibility-driven methods, against EM's path. Also reported, not deciding (added after the
-first run, to separate route from pace): the largest distance of gd's means (all K as one vector) from the
-polyline through EM's iterates, whatever the pace, against gd with another mini-batch order from gd's route.
+Certified arms (deciding), from every start. θ = (K logits, standardised means (μ − shift)/scale, log-diagonal and
+off-diagonal of the precision's upper Cholesky factor in standardised units). The objective is the float64 mean
+log-likelihood with a Wishart prior (ν = D + 1, scale matrix I/s², s the data's rms std) on every precision, worth
+one pseudo-sample of the data's spread: −(1/2N) Σ_j tr(s² P_j) added to the mean log-likelihood. It keeps the
+objective bounded (without it a component on ≤ D points has an unbounded likelihood: the pilot, below) and EM
+maximises it exactly (the prior does not touch the responsibilities; the M-step becomes Σ_j = S_j + s²/N_j · I),
+so it is an objective both methods optimise, with the same E-step, as §4.1 requires. (a) Full-batch L-BFGS
+(strong-Wolfe) until ‖∇_θ‖ ≤ 1e-8; where its line search stalls near 1e-8 (round-off of the objective's changes),
+Newton steps with the exact Hessian, only while it is negative definite and each lowers ‖∇‖. (b) EM (the library's
+E-step statistics, ``full_pass``, and that M-step) until its own step, the largest change of θ in one iteration, is
+≤ 1e-12. At each end: ‖∇‖ and the eigenvalues λ of the exact Hessian (float64, on the directions that change the
+mixture: the common logit shift dropped): the smallest, the largest and the least |λ|.
 
-Verdict. Fixed-point half: at every start, EM from gd's end gains at most ``fixed_gain_max`` (0.01 nats/sample)
-and moves the means by at most ``fixed_move_max`` (0.1 data std). Path half: at every start, gd's path gap to
-EM is at most max(``path_gap_max`` (0.01 nats/sample), control iii) and its means gap at most
-max(``path_means_max`` (0.1 data std), control iii). SUPPORTED if both halves hold and controls (i) and (ii)
-pass; PARTIAL if exactly one half holds, or both with a failed control (then a half may hold vacuously);
-REFUTED if neither holds.
+When two ends are one point (declared from first principles before the deciding runs). In the quadratic model an end
+with ‖∇‖ ≤ gtol lies within gtol / min|λ| of its stationary point (‖θ − θ*‖ = ‖H⁻¹∇‖), so two ends of one stationary
+point lie within gtol (1/min|λ_a| + 1/min|λ_b|) of each other in θ (Euclidean, logits centred, after the Hungarian
+matching of the components by their means), and their objectives differ by ≲ gtol² / min|λ|. "Same point": θ gap ≤
+10 × that radius (10 for the cubic remainder) and |Δ objective| ≤ 1e-9 × |objective|. Otherwise: "slow region" if an
+end is degenerate (min|λ| < 1e-6: its radius, ≥ 1e-2 θ units, locates nothing; a tiny gradient on a flat ridge is
+not a stationary point found), "another optimum" if both are strict maxima (largest λ ≤ −1e-6), "another stationary
+point" if both are non-degenerate and one is a saddle.
 
-Earlier rule (replaced, issue 10): one k-means start, which at the full size already was EM's optimum (EM's
-history flat from its first iteration), and "passes to come within 0.01 nats of EM's final value", read from
-each fitter's own log. The passes to come within 0.01 nats of EM's end from each start are still reported, on
-the full-data scorer, as the pace; they no longer decide.
+Rule (declared before the deciding runs). Gate (else UNDECIDED): a start decides when L-BFGS's end is certified (‖∇‖
+≤ 1e-8), EM's is (its step ≤ 1e-12) and neither end is degenerate (min|λ| ≥ 1e-6: a slow region locates no
+stationary point); a start that does not is UNDECIDED-gated and reported with the reason; at least 3 of the 5 starts
+must decide. Tests at the deciding starts, the fixed points shared: (i) ‖∇‖ ≤ 1e-8 at EM's certified fixed point
+(EM's end is a stationary point of gradient descent; not assumed by EM's certificate, which is its step); (ii) EM
+run on from L-BFGS's certified end, to its own certificate, stays at the same point (θ gap and |Δ objective| within
+the bound above, L-BFGS's Hessian for both radii). Controls: (c1) the practical arm's end (Adam stopped by its
+plateau rule, where the earlier REFUTED came from) fails the certificate (‖∇‖ of the likelihood it was given); (c2)
+a planted stationary point that is no optimum, K copies of the one-Gaussian fit (gradient exactly 0, a
+saddle: splitting two copies gains on multimodal data), is certified, told apart from EM's end and not called
+an optimum (largest λ > −1e-6): a small gradient alone certifies no optimum, the Hessian must tell; (c3) EM gains
+more than 0.01 nats/sample from every start. Identities (reported, not evidence): Fisher's identity and Xu–Jordan
+along the paths (below); the matching finds EM's end under reversed labels to be the same point. SUPPORTED: (i),
+(ii) and the controls hold; PARTIAL: (i) and (ii) hold with a failed control (they may hold vacuously); REFUTED: (i)
+or (ii) fails (a certified end of one method is not a fixed point of the other).
+
+Reported, not deciding: whether from the same start L-BFGS and EM reach the same point (L-BFGS's basin is its
+line search's, not gradient descent's, and which fixed point a start leads to is a path matter, which §3.2
+disclaims); where the practical arm stopped (its ‖∇‖ and Hessian, and the class of L-BFGS's certified end from
+there against EM's end from the same start: the issue's "slow region" against "another optimum"); L-BFGS from a
+merge/split of EM's end at start 0 (another basin where there is one).
+
+Practical arm (the issue-10 experiment, reported beside the verdict, not deciding): from each start batch EM
+(one iteration per pass), online EM and gradient descent (``fit_gd``: Adam on mini-batches, the library's plateau
+schedule, tol 1e-5, at most ``passes`` epochs; also with another mini-batch order and at half the rate), all
+scored after every pass by the library's exact full-data mean log-likelihood; EM run on from gd's end (the
+issue-10 fixed-point test), per-pass path gaps, route, pace, and the verdict the issue-10 rule gives on it.
+
+Pilot (issue 25; seeds 100 and 101 at the quick size and 100 at the full size, disjoint from the deciding seeds
+0–4; records in /work/runs/i25-same-optimum/pilot, not kept in the repository). A first session's draft (reg_covar
+0, no prior; every start had to be certified; "same point" within issue 10's 0.01 nats / 0.1 std; the same point
+from every start a deciding test; control c2 a merge/split of EM's end) showed: torch's L-BFGS stalls near
+‖∇‖ ≈ 1e-8 (hence the Newton polish); an autograd Hessian costs about 60 s at the full size (hence the exact
+outer-product form, checked against autograd in the tests). The pilot of this version's rule on that draft gave,
+quick: every end certified at ‖∇‖ ≤ 7e-15, the two ends the same point at 6 of 6 starts (θ gap ≤ 1e-12), the
+merge/split control went back to EM's optimum at seed 101 (no power) and at seed 100 ended with largest eigenvalue
+−4e-8 (flat); full (seed 100): L-BFGS stalled at ‖∇‖ 4e-4–7e-4 at 4 of 5 starts, on components of weight
+1e-4–1e-3 (6–50 of 50,000 rows, a singular covariance in 8 dimensions: the likelihood without a floor is
+unbounded there), and EM needed the library's jitter at one start (its end ‖∇‖ 8e-5, smallest eigenvalue −3e5).
+Chosen on it, before any deciding run: the Wishart prior (a bounded objective both methods optimise exactly),
+gating per start (the brief's "that start is UNDECIDED-gated"), c2 as a planted stationary point that is certain to
+be one. This version's own pilot (quick seeds 100 and 101, run
+before the deciding runs) is reported in docs/audit.md's rule-change list.
+
+Earlier rules. Issue 10: one k-means start (already EM's optimum at the full size) and "passes to come within
+0.01 nats of EM's final value" were replaced by the practical arm's fixed-point and path tests. Issue 25: those
+tests decided on where Adam stopped (plateau tol 1e-5 or the 60-pass cap, ‖∇‖ never checked): REFUTED at the
+full size came from 2 of 5 starts where Adam stopped on a starved component, and at 3 of 5 EM gained only
+0.002–0.003 nats yet moved the means 0.35–0.43 std (a flat ridge). They are still computed, on the practical arm,
+and their verdict is reported ("verdict under the issue-10 rule"). The first session's draft of this rule (above,
+under Pilot) was never run on a deciding seed as an audit run; its test file, which runs the quick size at seed 0,
+was run once before this version was written and reported that one of the draft's three controls failed there
+(which one was not read); nothing else of seeds 0–4 was seen before the deciding runs. Two changes from the draft
+are of reading, not of the pilot: the same point from every start is reported, not a test (L-BFGS's basin is not
+gradient descent's, and which fixed point a start reaches is the trajectory §3.2 disclaims), and "same point" is
+the Hessian bound above instead of issue 10's 0.01 nats / 0.1 std, which two distinct optima can meet.
 """
 
 import itertools
@@ -53,22 +107,59 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from implicit_em.experiments._base import Context, Criterion, Experiment, Result, Verdict, criterion, pyplot
+from implicit_em.experiments._base import (
+    Context,
+    Criterion,
+    Experiment,
+    Result,
+    Verdict,
+    criterion,
+    gate,
+    gated,
+    identity,
+    pyplot,
+)
 
 __all__ = [
     "EXPERIMENT",
     "Config",
+    "Problem",
+    "classify",
+    "compare_ends",
+    "curvature",
     "decide",
+    "decide_issue10",
+    "em_fixed_point",
     "em_path",
     "em_polish",
+    "em_step",
+    "fisher_and_xu_jordan",
+    "gauge_basis",
     "gd_path",
+    "gradient",
+    "hessian",
+    "lbfgs",
     "matched_gap",
+    "mean_loglik",
+    "mean_loglik_direct",
+    "n_params",
+    "objective",
+    "objective_direct",
     "off_path",
+    "one_gaussian_point",
     "online_em_path",
+    "pack",
     "passes_to",
     "path_gap",
+    "penalty",
+    "planted_start",
+    "problem",
     "run",
+    "same_radius",
     "score",
+    "theta_gap",
+    "unpack",
+    "value",
 ]
 
 COVARIANCE = "full"
@@ -83,7 +174,7 @@ class Config:
     k: int = 4  # components of the true mixture and of every fit
     d: int = 2  # dimension
     n: int = 5000  # training samples (and n // 2 held out)
-    n_starts: int = 3  # starts away from the optimum (the issue asks for at least 3)
+    n_starts: int = 5  # starts away from the optimum (issue 10 asked for at least 3; issue 25: 5, see min_decided)
     passes: int = 60  # passes over the data every fitter gets (EM iterations, epochs)
     batch_size: int = 256  # mini-batch rows of online EM and gd
     learning_rate: float = 0.01  # gd's initial Adam rate (the library's default), halved on plateaus
@@ -98,6 +189,40 @@ class Config:
     # precision the end points are), floored by gd's own path noise (control iii).
     path_gap_max: float = 0.01
     path_means_max: float = 0.1
+    # issue 25: the certified arms. The certificate ‖∇_θ‖ ≤ 1e-8 is the issue's (float64 round-off of the
+    # gradient is ~1e-13 here, so it is reachable); the same bar certifies EM's fixed point (a property of the
+    # point, not of the method). Where the two ends are one stationary point (module docstring, from first
+    # principles): in the quadratic model an end with ‖∇‖ ≤ gtol lies within gtol / min|λ| of its stationary
+    # point (λ: the Hessian's eigenvalues on the directions that change the mixture), so two ends of one point lie
+    # within the sum of their radii; ``same_factor`` 10 covers the model's cubic remainder. Their log-likelihoods
+    # then differ by ≲ gtol² / min|λ| (~1e-14), so |Δ| ≤ 1e-9 relative is the second condition (the brief's
+    # bound; far above round-off, far below any distinct optimum's gap). An end with min|λ| < 1e-6 is degenerate:
+    # its radius, 1e-2 θ units and growing, locates nothing ("slow region", a gate); a strict maximum has its
+    # largest eigenvalue ≤ −1e-6.
+    gtol: float = 1e-8
+    curv_floor: float = 1e-6
+    lbfgs_max_evals: int = 20_000  # budgets, not rules: an end that misses the certificate makes it UNDECIDED
+    newton_max: int = 20  # Newton steps after L-BFGS stalls (its line search stops near 1e-8: round-off)
+    # EM is certified by its own rule, its step: one iteration changes θ by at most 1e-12 (EM's step is its
+    # preconditioned gradient, so at a shared fixed point ‖∇‖ is then of that order; whether ‖∇‖ ≤ gtol there
+    # is the test, not assumed). reg_covar 0: the likelihood both methods share.
+    em_step_tol: float = 1e-12
+    em_reg_covar: float = 0.0
+    em_max_iter: int = 20_000
+    em_block: int = 50  # EM iterations between two checks of its certificate
+    hessian_chunk: int = 2000  # rows per block of the Hessian's outer products (memory only)
+    identity_passes: tuple[int, ...] = (0, 1, 2, 5)  # points of EM's and gd's paths where §3.2's identities are checked
+    identity_tol: float = 1e-8  # float64 identities (residuals ~1e-13 expected; a bug gives O(1))
+    same_factor: float = 10.0  # the Hessian radius's safety factor (above)
+    same_ll_rel: float = 1e-9  # |Δ log-likelihood| / |log-likelihood| of one point (above)
+    # A start decides when both its ends are certified and neither is degenerate (issue 25: a start where L-BFGS
+    # misses the bar is UNDECIDED-gated); the experiment decides on at least 3 such starts (issue 10's minimum).
+    min_decided: int = 3
+    # The certified arms' objective: the mean log-likelihood with a Wishart prior (ν = D + 1, scale s⁻²·I) on
+    # every precision, worth ``prior`` pseudo-samples of the data's spread: EM's M-step Σ_j = S_j + prior·s²/N_j·I.
+    # Without it the likelihood is unbounded (a component on ≤ D points has a singular covariance); the pilot
+    # (module docstring) showed what that does at the full size.
+    prior: float = 1.0
 
     @classmethod
     def quick(cls) -> "Config":
@@ -242,7 +367,9 @@ def score(data: Any, params: Any, shift: Tensor) -> float:
     return float(_mean_loglik(data, params, COVARIANCE, shift))
 
 
-def em_polish(data: Any, params: Any, shift: Tensor, max_iter: int, tol: float) -> tuple[float, float, Any]:
+def em_polish(
+    data: Any, params: Any, shift: Tensor, max_iter: int, tol: float, reg_covar: float = REG_COVAR
+) -> tuple[float, float, Any]:
     """Run EM from ``params`` until |Δ| < tol: (log-likelihood gained, largest mean moved, the end point).
 
     Both are zero at an EM fixed point. The move is in the data's units (components keep their labels under EM).
@@ -254,7 +381,7 @@ def em_polish(data: Any, params: Any, shift: Tensor, max_iter: int, tol: float) 
         data,
         params,
         covariance_type=COVARIANCE,
-        reg_covar=REG_COVAR,
+        reg_covar=reg_covar,
         tol=tol,
         max_iter=max_iter,
         shift=shift,
@@ -309,114 +436,541 @@ def passes_to(curve: list[float], target: float, tol: float) -> int:
     return next((p for p, v in enumerate(curve) if p >= 1 and v >= target - tol), -1)
 
 
-def decide(fixed: bool, path: bool, controls: bool) -> Verdict:
-    """The verdict rule of the module docstring."""
+def decide_issue10(fixed: bool, path: bool, controls: bool) -> Verdict:
+    """The issue-10 rule (replaced by issue 25, still computed on the practical arm): SUPPORTED if both halves
+    hold and the controls pass, PARTIAL if one half holds (or both with a failed control), REFUTED if neither."""
     if fixed and path:
         return "SUPPORTED" if controls else "PARTIAL"
     return "PARTIAL" if fixed or path else "REFUTED"
 
 
+def decide(shared: bool, controls: bool) -> Verdict:
+    """The rule of the module docstring (before the gates; the path half's claim is an identity, reported, not
+    counted): ``shared``, every certified end of one method is a fixed point of the other (tests i and ii).
+    REFUTED if it fails; SUPPORTED if it holds and the controls pass; PARTIAL if it holds with a failed control
+    (it may then hold vacuously)."""
+    if not shared:
+        return "REFUTED"
+    return "SUPPORTED" if controls else "PARTIAL"
+
+
+# -- the certified arms: one parametrisation, its exact gradient and Hessian, L-BFGS and EM to stationarity ---
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The data in standardised coordinates u = (x − shift) / scale (the scalar scale of ``_shift_scale``), its
+    quadratic features φ(u) = [u_a u_b (a ≤ b), u, 1] (the fast objective is one product φ A), and K, D."""
+
+    u: Tensor
+    phi: Tensor
+    k: int
+    d: int
+    shift: Tensor
+    scale: float
+    prior: float = 1.0  # the Wishart prior's strength on every precision, in pseudo-samples (module docstring)
+
+
+def problem(x: np.ndarray, k: int, prior: float = 1.0) -> Problem:
+    """The :class:`Problem` of data ``x`` (N, D) for a K-component fit, with the precisions' prior ``prior``."""
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))
+    shift, scale = _shift_scale(xt)
+    u = (xt - shift) / scale
+    rows, cols = torch.triu_indices(u.shape[1], u.shape[1])
+    phi = torch.cat([u[:, rows] * u[:, cols], u, torch.ones(len(u), 1, dtype=torch.float64)], 1)
+    return Problem(u, phi, k, u.shape[1], shift, scale, prior)
+
+
+def n_params(k: int, d: int) -> int:
+    """The length of θ: K logits, K·D means, K·D log-diagonals and K·D(D−1)/2 off-diagonals of W."""
+    return k + 2 * k * d + k * d * (d - 1) // 2
+
+
+def _parts(theta: Tensor, k: int, d: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """θ as (logits (K,), means (K, D), log diag W (K, D), W (K, D, D) upper triangular, precision W Wᵀ)."""
+    logits = theta[:k]
+    means = theta[k : k + k * d].reshape(k, d)
+    logdiag = theta[k + k * d : k + 2 * k * d].reshape(k, d)
+    off = theta[k + 2 * k * d :].reshape(k, d * (d - 1) // 2)
+    rows, cols = torch.triu_indices(d, d, 1)
+    w = torch.diag_embed(torch.exp(logdiag))
+    if d > 1:
+        w = w.index_put((torch.arange(k)[:, None], rows[None], cols[None]), off)
+    return logits, means, logdiag, w
+
+
+def pack(params: Any, pr: Problem) -> Tensor:
+    r"""The unconstrained θ of sklearn-shaped parameters, in standardised coordinates: logits log π (centred; the
+    softmax ignores a common shift, a direction the Hessian drops), means (μ − shift)/scale, and the precision's
+    upper Cholesky factor W = scale · precisions_cholesky (Λ_u = W Wᵀ) as log-diagonal and off-diagonal."""
+    logits = torch.log(params.weights.double())
+    w = params.precisions_cholesky.double() * pr.scale
+    rows, cols = torch.triu_indices(pr.d, pr.d, 1)
+    return torch.cat(
+        [
+            logits - logits.mean(),
+            ((params.means.double() - pr.shift) / pr.scale).reshape(-1),
+            torch.log(torch.diagonal(w, dim1=-2, dim2=-1)).reshape(-1),
+            w[:, rows, cols].reshape(-1),
+        ]
+    )
+
+
+def unpack(theta: Tensor, pr: Problem) -> Any:
+    """The sklearn-shaped :class:`~implicit_em.mixture._stats.MixtureParams` of θ (original coordinates)."""
+    from implicit_em import gaussian
+    from implicit_em.mixture._stats import MixtureParams
+
+    logits, means, _, w = _parts(theta.detach(), pr.k, pr.d)
+    prec_chol = w / pr.scale
+    cov = gaussian.covariances_from_precisions_cholesky(prec_chol, COVARIANCE)
+    return MixtureParams(torch.softmax(logits, 0), means * pr.scale + pr.shift, cov, prec_chol)
+
+
+def _log_prob(theta: Tensor, u: Tensor, k: int, d: int) -> Tensor:
+    """log π_k + log N(u_n; μ_k, (W_k W_kᵀ)⁻¹), (N, K), computed directly from (u − μ) W (the reference form)."""
+    logits, means, logdiag, w = _parts(theta, k, d)
+    y = torch.einsum("nd,kde->nke", u, w) - torch.einsum("kd,kde->ke", means, w)
+    const = torch.log_softmax(logits, 0) + logdiag.sum(1) - 0.5 * d * math.log(2 * math.pi)
+    return const - 0.5 * (y * y).sum(-1)
+
+
+def mean_loglik_direct(theta: Tensor, u: Tensor, k: int, d: int) -> Tensor:
+    """The mean log-likelihood of standardised data u under θ (the reference form, used for the certificate)."""
+    return torch.logsumexp(_log_prob(theta, u, k, d), 1).mean()
+
+
+def mean_loglik(theta: Tensor, pr: Problem) -> Tensor:
+    """The same mean log-likelihood as one product φ(u) A(θ) (about 10x faster; what L-BFGS runs on). In the data's
+    own units the mean log-likelihood is this minus D·log(scale)."""
+    k, d = pr.k, pr.d
+    logits, means, logdiag, w = _parts(theta, k, d)
+    prec = w @ w.mT
+    prec_mean = (prec @ means[:, :, None])[..., 0]
+    rows, cols = torch.triu_indices(d, d)
+    quad = -0.5 * prec[:, rows, cols] * torch.where(rows == cols, 1.0, 2.0).double()
+    const = torch.log_softmax(logits, 0) + logdiag.sum(1) - 0.5 * d * math.log(2 * math.pi)
+    const = const - 0.5 * (prec_mean * means).sum(1)
+    a = torch.cat([quad, prec_mean, const[:, None]], 1)
+    return torch.logsumexp(pr.phi @ a.T, 1).mean()
+
+
+def penalty(theta: Tensor, pr: Problem) -> Tensor:
+    r"""The Wishart prior's term per sample, :math:`\tfrac{\text{prior}}{2N}\sum_j \operatorname{tr}(s^2 P_j)
+    = \tfrac{\text{prior}}{2N}\sum_j \lVert W_j\rVert_F^2` (P_j the precision in the data's units, s the
+    scale): the objective is the mean log-likelihood minus this."""
+    _, _, _, w = _parts(theta, pr.k, pr.d)
+    return 0.5 * pr.prior * (w * w).sum() / len(pr.u)
+
+
+def objective(theta: Tensor, pr: Problem) -> Tensor:
+    """The objective both certified arms maximise: the mean log-likelihood (fast form) minus :func:`penalty`."""
+    return mean_loglik(theta, pr) - penalty(theta, pr)
+
+
+def objective_direct(theta: Tensor, pr: Problem) -> Tensor:
+    """:func:`objective` with the reference form of the log-likelihood (the certificate's)."""
+    return mean_loglik_direct(theta, pr.u, pr.k, pr.d) - penalty(theta, pr)
+
+
+def gradient(theta: Tensor, pr: Problem, direct: bool = True, penalised: bool = True) -> tuple[float, Tensor]:
+    """(objective, its gradient ∇_θ) by autograd, float64; ``direct`` uses the reference form; ``penalised``
+    False: of the mean log-likelihood alone (what the practical arm's Adam is given)."""
+    t = theta.detach().clone().requires_grad_(True)
+    f = mean_loglik_direct(t, pr.u, pr.k, pr.d) if direct else mean_loglik(t, pr)
+    if penalised:
+        f = f - penalty(t, pr)
+    (g,) = torch.autograd.grad(f, t)
+    return float(f.detach()), g
+
+
+def gauge_basis(k: int, d: int) -> Tensor:
+    """An orthonormal basis (P, P − 1) of θ's directions that change the mixture: all but a common logit shift."""
+    p = n_params(k, d)
+    ones = torch.zeros(p, 1, dtype=torch.float64)
+    ones[:k] = 1 / math.sqrt(k)
+    q, _ = torch.linalg.qr(torch.cat([ones, torch.eye(p, dtype=torch.float64)], 1))
+    return q[:, 1:p]
+
+
+def hessian(theta: Tensor, pr: Problem, chunk: int = 2000) -> Tensor:
+    r"""The exact Hessian (P, P) of the objective (mean log-likelihood minus the prior's term) in θ, float64, in
+    O(N K P²) instead of autograd's O(N K P² D) per direction: with a_nk = log π_k + log N(u_n; θ_k), r_nk its
+    responsibilities, v_nk = ∇a_nk,
+
+    .. math:: N H = \nabla^2_\theta \textstyle\sum_k [N_k a_k(\text{stats})] + \sum_{n,k} r_{nk}
+              (v_{nk} - \bar v_n)(v_{nk} - \bar v_n)^\top,\quad \bar v_n = \sum_k r_{nk} v_{nk},
+
+    the first term (and the prior's) by autograd on the responsibility-weighted statistics (N_k, Σ r u, Σ r u uᵀ)
+    held fixed, the second from the per-sample gradients v_nk written out. ``tests`` check it against
+    ``torch.func.hessian``.
+    """
+    k, d = pr.k, pr.d
+    p = n_params(k, d)
+    theta = theta.detach()
+    logits, means, _, w = _parts(theta, k, d)
+    pi = torch.softmax(logits, 0)
+    # slots of component j's block in θ: its means, log-diagonals, off-diagonals
+    rows, cols = torch.triu_indices(d, d, 1)
+    slots = torch.stack(
+        [
+            torch.cat(
+                [
+                    k + j * d + torch.arange(d),
+                    k + k * d + j * d + torch.arange(d),
+                    k + 2 * k * d + j * (d * (d - 1) // 2) + torch.arange(d * (d - 1) // 2),
+                ]
+            )
+            for j in range(k)
+        ]
+    )
+    outer = torch.zeros(p, p, dtype=torch.float64)
+    nk = torch.zeros(k, dtype=torch.float64)
+    s1 = torch.zeros(k, d, dtype=torch.float64)
+    s2 = torch.zeros(k, d, d, dtype=torch.float64)
+    eye = torch.eye(k, dtype=torch.float64)
+    diag = torch.diagonal(w, dim1=-2, dim2=-1)
+    for i in range(0, len(pr.u), chunk):
+        u = pr.u[i : i + chunk]
+        r = torch.softmax(_log_prob(theta, u, k, d), 1)  # (n, K)
+        nk += r.sum(0)
+        s1 += r.T @ u
+        s2 += torch.einsum("nk,na,nb->kab", r, u, u)
+        z = u[:, None, :] - means[None]  # (n, K, D)
+        y = torch.einsum("nkd,kde->nke", z, w)  # (n, K, D): (u − μ_k)ᵀ W_k
+        block = torch.cat(
+            [
+                torch.einsum("kde,nke->nkd", w, y),  # ∂a/∂μ = W y
+                1 - diag[None] * z * y,  # ∂a/∂log W_ii = 1 − W_ii z_i y_i
+                -(z[:, :, rows] * y[:, :, cols]),  # ∂a/∂W_ij = −z_i y_j (i < j)
+            ],
+            2,
+        )
+        v = torch.zeros(len(u), k, p, dtype=torch.float64)
+        v[:, :, :k] = eye - pi
+        v.scatter_(2, slots[None].expand(len(u), -1, -1), block)
+        centred = (v - torch.einsum("nk,nkp->np", r, v)[:, None]) * r.sqrt()[..., None]
+        flat = centred.reshape(-1, p)
+        outer += flat.T @ flat
+
+    def weighted(t: Tensor) -> Tensor:
+        lg, mu, ld, ww = _parts(t, k, d)
+        scatter = s2 - s1[:, :, None] * mu[:, None, :] - mu[:, :, None] * s1[:, None, :]
+        scatter = scatter + nk[:, None, None] * mu[:, :, None] * mu[:, None, :]
+        quad = torch.einsum("kab,kac,kbc->k", scatter, ww, ww)  # tr(Wᵀ C W)
+        prior = 0.5 * pr.prior * (ww * ww).sum()  # the Wishart prior's term (N × penalty)
+        return (nk * (torch.log_softmax(lg, 0) + ld.sum(1)) - 0.5 * quad).sum() - prior
+
+    second = torch.func.hessian(weighted)(theta)
+    return (second + outer) / len(pr.u)
+
+
+def curvature(theta: Tensor, pr: Problem, chunk: int = 2000) -> tuple[float, float, float]:
+    """The extreme eigenvalues (smallest, largest) of the Hessian on the directions that change the mixture (the
+    common logit shift dropped), and the smallest |eigenvalue|. A strict local maximum has the first two negative;
+    a stationary point is non-degenerate (located by a small gradient: ‖θ − θ*‖ ≲ ‖∇‖ / min|λ|) when the third is
+    not ~0."""
+    q = gauge_basis(pr.k, pr.d)
+    eig = torch.linalg.eigvalsh(q.T @ hessian(theta, pr, chunk) @ q)
+    return float(eig[0]), float(eig[-1]), float(eig.abs().min())
+
+
+def lbfgs(
+    theta: Tensor, pr: Problem, gtol: float, max_evals: int, chunk: int = 2000, newton_max: int = 20
+) -> tuple[Tensor, float, int, int]:
+    """Full-batch float64 L-BFGS (strong-Wolfe line search) on −mean log-likelihood from θ until the certificate
+    ‖∇‖ ≤ gtol (the reference form's gradient), ``max_evals`` evaluations, or three rounds without progress; then,
+    where it stalls above gtol (its line search stops once the objective's changes reach round-off, near 1e-8),
+    Newton steps with the exact Hessian, taken only while it is negative definite and each lowers ‖∇‖.
+    Returns (θ, ‖∇‖, L-BFGS evaluations, Newton steps)."""
+    t = theta.detach().clone().requires_grad_(True)
+    opt = torch.optim.LBFGS(
+        [t],
+        lr=1.0,
+        max_iter=200,
+        history_size=50,
+        tolerance_grad=0.0,
+        tolerance_change=0.0,
+        line_search_fn="strong_wolfe",
+    )
+    evals = 0
+
+    def closure() -> Tensor:
+        nonlocal evals
+        evals += 1
+        opt.zero_grad()
+        loss = -objective(t, pr)
+        loss.backward()
+        return loss
+
+    norm = float(gradient(t, pr)[1].norm())
+    stalled = 0
+    while norm > gtol and evals < max_evals and stalled < 3:
+        opt.step(closure)
+        norm_new = float(gradient(t, pr)[1].norm())
+        stalled = stalled + 1 if norm_new > 0.5 * norm else 0
+        norm = norm_new
+    theta, newton = t.detach(), 0
+    q = gauge_basis(pr.k, pr.d)
+    while norm > gtol and newton < newton_max:
+        h = q.T @ hessian(theta, pr, chunk) @ q
+        if float(torch.linalg.eigvalsh(h)[-1]) >= 0:
+            break
+        g = gradient(theta, pr)[1]
+        candidate = theta - q @ torch.linalg.solve(h, q.T @ g)
+        norm_new = float(gradient(candidate, pr)[1].norm())
+        if not norm_new < norm:
+            break
+        theta, norm, newton = candidate, norm_new, newton + 1
+    return theta, norm, evals, newton
+
+
+def _lbfgs(theta: Tensor, pr: Problem, cfg: Config) -> tuple[Tensor, float, int, int]:
+    """:func:`lbfgs` with the config's certificate and budgets (looked up at call time, so tests can replace it)."""
+    return lbfgs(theta, pr, cfg.gtol, cfg.lbfgs_max_evals, cfg.hessian_chunk, cfg.newton_max)
+
+
+def em_step(data: Any, params: Any, pr: Problem, reg_covar: float = 0.0) -> Any:
+    """One EM iteration on the objective: the library's E-step statistics (``full_pass``, float64) and the
+    M-step of the likelihood with the Wishart prior on every precision, Σ_j = S_j + (prior·s² / N_j) I (S_j the
+    responsibility-weighted scatter, s the scale), means and weights as ever. ``reg_covar`` > 0 adds reg_covar·I
+    besides (the library's ridge: EM then has other fixed points, a planted effect in the tests)."""
+    from implicit_em import gaussian
+    from implicit_em.mixture._em import full_pass
+    from implicit_em.mixture._fitting import CHUNK
+    from implicit_em.mixture._stats import MixtureParams
+
+    summary = full_pass(data, params, COVARIANCE, pr.shift, CHUNK)
+    nk = summary.nk
+    centred = summary.sx / nk[:, None]
+    scatter = summary.sxx / nk[:, None, None] - centred[:, :, None] * centred[:, None, :]
+    eye = torch.eye(pr.d, dtype=torch.float64)
+    cov = scatter + (pr.prior * pr.scale**2 / nk + reg_covar)[:, None, None] * eye
+    prec_chol = gaussian.precisions_cholesky(cov, COVARIANCE)
+    return MixtureParams(nk / nk.sum(), centred + pr.shift, cov, prec_chol)
+
+
+def em_fixed_point(
+    data: Any, start: Any, pr: Problem, step_tol: float, max_iter: int, block: int, reg_covar: float = 0.0
+) -> tuple[Any, float, int, float]:
+    """EM (:func:`em_step`) from ``start`` to its own fixed point: until one iteration changes θ by at most
+    ``step_tol`` (checked every ``block`` iterations) or ``max_iter``. Returns (parameters, ‖∇‖ of the objective
+    there, iterations, EM's last step)."""
+    params, done, step = start, 0, math.inf
+    while step > step_tol and done < max_iter:
+        for _ in range(block - 1):
+            params = em_step(data, params, pr, reg_covar)
+        before = params
+        params = em_step(data, before, pr, reg_covar)
+        done += block
+        step = _theta_change(pack(params, pr), pack(before, pr), pr.k)
+    return params, float(gradient(pack(params, pr), pr)[1].norm()), done, step
+
+
+def value(params: Any, pr: Problem) -> float:
+    """The objective at sklearn-shaped parameters (float64, reference form)."""
+    return float(objective_direct(pack(params, pr), pr))
+
+
+def _theta_change(a: Tensor, b: Tensor, k: int) -> float:
+    """The largest change of θ between a and b, the common logit shift removed."""
+    diff = a - b
+    diff[:k] -= diff[:k].mean()
+    return float(diff.abs().max())
+
+
+def compare_ends(a: Any, b: Any, data: Any, shift: Tensor, std: float) -> tuple[float, float]:
+    """(largest matched means distance in data std, |Δ mean log-likelihood| in nats/sample) of two ends."""
+    gap = matched_gap(a.means.numpy() / std, b.means.numpy() / std)
+    return gap, abs(score(data, a, shift) - score(data, b, shift))
+
+
+def theta_gap(a: Any, b: Any, pr: Problem) -> float:
+    """The Euclidean distance in θ (logits centred: the common shift removed) between two ends after the Hungarian
+    matching of their components by their standardised means: the distance the Hessian bound
+    ‖θ − θ*‖ ≲ ‖∇‖ / min|λ| speaks of."""
+    from scipy.optimize import linear_sum_assignment
+
+    mu_a, mu_b = a.means.numpy() / pr.scale, b.means.numpy() / pr.scale
+    _, cols = linear_sum_assignment(np.linalg.norm(mu_a[:, None] - mu_b[None], axis=-1))
+    ta, tb = _permuted(pack(a, pr), pr, np.arange(pr.k)), _permuted(pack(b, pr), pr, cols)
+    return float((ta - tb).norm())
+
+
+def _permuted(theta: Tensor, pr: Problem, order: np.ndarray) -> Tensor:
+    """θ with its components in ``order`` (logits centred)."""
+    k, d = pr.k, pr.d
+    m = d * (d - 1) // 2
+    idx = torch.as_tensor(order, dtype=torch.long)
+    logits = theta[:k][idx]
+    means = theta[k : k + k * d].reshape(k, d)[idx].reshape(-1)
+    logdiag = theta[k + k * d : k + 2 * k * d].reshape(k, d)[idx].reshape(-1)
+    off = theta[k + 2 * k * d :].reshape(k, m)[idx].reshape(-1)
+    return torch.cat([logits - logits.mean(), means, logdiag, off])
+
+
+def same_radius(gtol: float, floor: float, *smallest: float) -> float:
+    """The distance in θ within which two ends certified at ‖∇‖ ≤ gtol are one stationary point: each lies within
+    gtol / min|λ| of its stationary point (the quadratic model), so the two within the sum; min|λ| floored at
+    ``floor`` (below it an end is degenerate and locates nothing)."""
+    return sum(gtol / max(abs(x), floor) for x in smallest)
+
+
+def classify(
+    gap: float, dll: float, ll: float, curv_a: tuple[float, float, float], curv_b: tuple[float, float, float], cfg: Any
+) -> str:
+    """The module docstring's classes of two certified ends: "same point" (θ gap ≤ ``same_factor`` × the Hessian
+    radius and |Δ log-likelihood| ≤ ``same_ll_rel`` × |log-likelihood|), else "slow region" (an end degenerate:
+    min|λ| < ``curv_floor``), "another optimum" (both strict maxima, largest eigenvalue ≤ −``curv_floor``) or
+    "another stationary point" (both non-degenerate, one a saddle)."""
+    radius = cfg.same_factor * same_radius(cfg.gtol, cfg.curv_floor, curv_a[2], curv_b[2])
+    if gap <= radius and dll <= cfg.same_ll_rel * abs(ll):
+        return "same point"
+    if min(curv_a[2], curv_b[2]) < cfg.curv_floor:
+        return "slow region"
+    if max(curv_a[1], curv_b[1]) <= -cfg.curv_floor:
+        return "another optimum"
+    return "another stationary point"
+
+
+def one_gaussian_point(x: np.ndarray, k: int, prior: float = 1.0) -> Any:
+    """A planted stationary point that is no optimum: K copies of the one-Gaussian fit (the data's mean, its
+    biased covariance plus the prior's ridge K·prior·s²/N, equal weights). Its gradient is exactly zero (every
+    responsibility is 1/K, every component at EM's M-step of the data's moments), the Hessian's logit block is zero
+    (identical components), and splitting two copies gains on multimodal data (a positive eigenvalue): a certified
+    ‖∇‖ that the Hessian must not call an optimum."""
+    from implicit_em import gaussian
+    from implicit_em.mixture._stats import MixtureParams
+
+    mean = torch.from_numpy(x.mean(0)).double()
+    cov = torch.from_numpy(np.cov(x, rowvar=False, bias=True).reshape(x.shape[1], x.shape[1])).double()
+    scale2 = float(x.var(0).mean())  # the scale² of _shift_scale
+    cov = cov + k * prior * scale2 / len(x) * torch.eye(x.shape[1], dtype=torch.float64)
+    covs = cov.expand(k, -1, -1).clone()
+    weights = torch.full((k,), 1.0 / k, dtype=torch.float64)
+    return MixtureParams(weights, mean.expand(k, -1).clone(), covs, gaussian.precisions_cholesky(covs, COVARIANCE))
+
+
+def planted_start(params: Any) -> Any:
+    """A start in another basin, planted from a fit: the two components with the closest means merged into one
+    (moment-matched) and the heaviest other component split in two along its principal axis (±1 std): the classic
+    merge/split local optimum of a mixture, one cluster covered by two components and two by one."""
+    from implicit_em import gaussian
+    from implicit_em.mixture._stats import MixtureParams
+
+    w, mu, cov = params.weights.clone(), params.means.clone(), params.covariances.clone()
+    k = len(w)
+    dist = torch.cdist(mu, mu) + torch.diag(torch.full((k,), math.inf, dtype=mu.dtype))
+    a, b = divmod(int(torch.argmin(dist)), k)
+    wa, wb = float(w[a]), float(w[b])
+    m = (wa * mu[a] + wb * mu[b]) / (wa + wb)
+    spread = (wa * torch.outer(mu[a] - m, mu[a] - m) + wb * torch.outer(mu[b] - m, mu[b] - m)) / (wa + wb)
+    cov_m = (wa * cov[a] + wb * cov[b]) / (wa + wb) + spread
+    others = [j for j in range(k) if j not in (a, b)]
+    c = max(others, key=lambda j: float(w[j]))
+    evals, evecs = torch.linalg.eigh(cov[c])
+    offset = evecs[:, -1] * evals[-1].sqrt()
+    w[a], mu[a], cov[a] = wa + wb, m, cov_m
+    w[b], mu[b], cov[b] = w[c] / 2, mu[c] + offset, cov[c]
+    w[c], mu[c] = w[c] / 2, mu[c] - offset
+    return MixtureParams(w, mu, cov, gaussian.precisions_cholesky(cov, COVARIANCE))
+
+
+def fisher_and_xu_jordan(data: Any, params: Any, pr: Problem) -> tuple[float, float]:
+    r"""§3.2's update structure at one point, as two relative residuals (analytic identities, float64):
+
+    - Fisher's identity: autograd's ∇_μ of the mean log-likelihood equals the responsibility-weighted direction
+      Λ_k (Σ_n r_nk x_n − N_k μ_k) / N built from the library's E-step statistics;
+    - Xu–Jordan: EM's mean step (one library EM iteration) equals that gradient under the positive-definite
+      preconditioner Σ_k N / N_k.
+    """
+    from implicit_em import gaussian
+    from implicit_em.mixture._em import full_pass
+    from implicit_em.mixture._fitting import CHUNK
+
+    summary = full_pass(data, params, COVARIANCE, pr.shift, CHUNK)
+    n = float(summary.n)
+    centred = params.means.double() - pr.shift
+    prec = gaussian.precisions(params.precisions_cholesky.double(), COVARIANCE)
+    fisher = torch.einsum("kab,kb->ka", prec, summary.sx - summary.nk[:, None] * centred) / n  # data units
+    g = gradient(pack(params, pr), pr)[1][pr.k : pr.k + pr.k * pr.d].reshape(pr.k, pr.d) / pr.scale
+    fisher_res = float((g - fisher).abs().max() / fisher.abs().max())
+    step = summary.sx / (summary.nk[:, None] + 10 * torch.finfo(torch.float64).eps) - centred  # the M-step's mean
+    xu_jordan = torch.einsum("kab,kb->ka", params.covariances.double(), g) * (n / summary.nk[:, None])
+    return fisher_res, float((step - xu_jordan).abs().max() / step.abs().max())
+
+
 # -- the experiment --------------------------------------------------------------------------------------------
 
 
-def run(cfg: Config, ctx: Context) -> Result:
-    from implicit_em.mixture._data import DataSource
+def _practical(
+    cfg: Config, data: Any, test: Any, start: Any, shift: Tensor, scale: float, std: float, s: int
+) -> dict[str, Any]:
+    """The practical arms from one start (the issue-10 experiment, reported, not deciding): batch EM, online EM
+    and mini-batch Adam (gd, gd with another order, gd at half the rate), each scored after every pass."""
+    order = 1000 * (cfg.seed + 3) + 10 * s  # mini-batch orders, distinct per start and arm
+    paths: dict[str, list[Any]] = {"em": em_path(data, start, shift, cfg.passes)}
+    paths["online_em"] = online_em_path(data, start, shift, cfg.passes, cfg.batch_size, order)
+    epochs: dict[str, int] = {}
+    arms = {"gd": (cfg.learning_rate, order), "gd, other order": (cfg.learning_rate, order + 1)}
+    arms["gd, half the rate"] = (cfg.learning_rate / 2, order)
+    for name, (lr, seed) in arms.items():
+        paths[name], epochs[name] = gd_path(data, start, shift, scale, cfg.passes, cfg.batch_size, lr, cfg.tol, seed)
+    curves = {name: [score(data, p, shift) for p in path] for name, path in paths.items()}
+    means = {name: [p.means.numpy() / std for p in path] for name, path in paths.items()}
+    gain_gd, move_gd, polished = em_polish(data, paths["gd"][-1], shift, cfg.polish_iter, cfg.polish_tol)
+    gain_online, move_online, _ = em_polish(data, paths["online_em"][-1], shift, cfg.polish_iter, cfg.polish_tol)
+    one_step = em_path(data, paths["gd"][-1], shift, 1)[-1]
+    gaps = {
+        name: path_gap(curves["em"], curves[name], means["em"], means[name], match=False)
+        for name in ("gd", "online_em", "gd, half the rate")
+    }
+    route = {name: off_path(means[name], means[ref]) for name, ref in (("gd", "em"), ("gd, other order", "gd"))}
+    floor = path_gap(curves["gd"], curves["gd, other order"], means["gd"], means["gd, other order"], match=False)
+    target = curves["em"][-1]
+    return {
+        "path_em": paths["em"],
+        "path_gd": paths["gd"],
+        "gd_end": paths["gd"][-1],
+        "curves": curves,
+        "means": means,
+        "epochs": epochs,
+        "stopped": epochs["gd"] < cfg.passes,  # gd's own plateau rule declared convergence
+        "least_weight": (float(paths["gd"][-1].weights.min()), float(polished.weights.min())),
+        "gain_gd": gain_gd,
+        "move_gd": move_gd / std,
+        "gain_online": gain_online,
+        "move_online": move_online / std,
+        "gain_start": curves["em"][-1] - curves["em"][0],  # EM's own P passes from the start
+        "one_step_gd": float((one_step.means - paths["gd"][-1].means).abs().max()) / std,
+        "gaps": gaps,
+        "floor": floor,
+        "route": route,
+        "pace": {name: passes_to(c, target, cfg.path_gap_max) for name, c in curves.items()},
+        "held_out": {name: score(test, path[-1], shift) for name, path in paths.items()},
+        "end_means_gap": matched_gap(means["em"][-1], means["gd"][-1]),
+    }
 
-    truth = _truth(cfg.k, cfg.d, cfg.seed)
-    rng = np.random.RandomState(cfg.seed + 1)
-    x_np, x_test_np = _draw(*truth, cfg.n, rng), _draw(*truth, cfg.n // 2, rng)
-    data = DataSource(x_np, torch.device("cpu"), torch.float64)
-    test = DataSource(x_test_np, torch.device("cpu"), torch.float64)
-    shift, scale = _shift_scale(torch.from_numpy(x_np))
-    std = float(x_np.std())  # the unit of every means distance
-    start_rng = np.random.RandomState(cfg.seed + 2)
-    starts = [_start(x_np, cfg.k, start_rng) for _ in range(cfg.n_starts)]
 
-    runs: list[dict[str, Any]] = []
-    for s, start in enumerate(starts):
-        order = 1000 * (cfg.seed + 3) + 10 * s  # mini-batch orders, distinct per start and arm
-        paths: dict[str, list[Any]] = {"em": em_path(data, start, shift, cfg.passes)}
-        paths["online_em"] = online_em_path(data, start, shift, cfg.passes, cfg.batch_size, order)
-        epochs: dict[str, int] = {}
-        arms = {"gd": (cfg.learning_rate, order), "gd, other order": (cfg.learning_rate, order + 1)}
-        arms["gd, half the rate"] = (cfg.learning_rate / 2, order)
-        for name, (lr, seed) in arms.items():
-            paths[name], epochs[name] = gd_path(
-                data, start, shift, scale, cfg.passes, cfg.batch_size, lr, cfg.tol, seed
-            )
-        curves = {name: [score(data, p, shift) for p in path] for name, path in paths.items()}
-        means = {name: [p.means.numpy() / std for p in path] for name, path in paths.items()}
-        gain_gd, move_gd, polished = em_polish(data, paths["gd"][-1], shift, cfg.polish_iter, cfg.polish_tol)
-        gain_online, move_online, _ = em_polish(data, paths["online_em"][-1], shift, cfg.polish_iter, cfg.polish_tol)
-        one_step = em_path(data, paths["gd"][-1], shift, 1)[-1]
-        gaps = {
-            name: path_gap(curves["em"], curves[name], means["em"], means[name], match=False)
-            for name in ("gd", "online_em", "gd, half the rate")
-        }
-        route = {name: off_path(means[name], means[ref]) for name, ref in (("gd", "em"), ("gd, other order", "gd"))}
-        floor = path_gap(curves["gd"], curves["gd, other order"], means["gd"], means["gd, other order"], match=False)
-        target = curves["em"][-1]
-        runs.append(
-            {
-                "curves": curves,
-                "means": means,
-                "epochs": epochs,
-                "stopped": epochs["gd"] < cfg.passes,  # gd's own plateau rule declared convergence
-                "least_weight": (float(paths["gd"][-1].weights.min()), float(polished.weights.min())),
-                "gain_gd": gain_gd,
-                "move_gd": move_gd / std,
-                "gain_online": gain_online,
-                "move_online": move_online / std,
-                "gain_start": curves["em"][-1] - curves["em"][0],  # EM's own P passes from the start
-                "one_step_gd": float((one_step.means - paths["gd"][-1].means).abs().max()) / std,
-                "gaps": gaps,
-                "floor": floor,
-                "route": route,
-                "pace": {name: passes_to(c, target, cfg.path_gap_max) for name, c in curves.items()},
-                "held_out": {name: score(test, path[-1], shift) for name, path in paths.items()},
-                "end_means_gap": matched_gap(means["em"][-1], means["gd"][-1]),
-            }
-        )
-    # control (ii): EM from different starts, every pair
-    em_vs_em = [
-        path_gap(a["curves"]["em"], b["curves"]["em"], a["means"]["em"], b["means"]["em"], match=True)
-        for a, b in itertools.combinations(runs, 2)
-    ]
+def _issue10_rule(runs: list[dict[str, Any]], em_vs_em: list[tuple[float, float]], cfg: Config) -> Verdict:
+    """The verdict the issue-10 rule gives on the practical arm (reported beside the certified one): EM from gd's
+    end gains ≤ 0.01 and moves ≤ 0.1 std (fixed points), gd's per-pass path within max(0.01, its own noise) of
+    EM's (path), controls: EM gains from the start, EM–EM paths from two starts differ."""
+    fixed = max(r["gain_gd"] for r in runs) <= cfg.fixed_gain_max and max(r["move_gd"] for r in runs) <= (
+        cfg.fixed_move_max
+    )
+    path = max(r["gaps"]["gd"][0] for r in runs) <= max(cfg.path_gap_max, max(r["floor"][0] for r in runs)) and max(
+        r["gaps"]["gd"][1] for r in runs
+    ) <= max(cfg.path_means_max, max(r["floor"][1] for r in runs))
+    controls = min(r["gain_start"] for r in runs) > cfg.fixed_gain_max and min(g[0] for g in em_vs_em) > (
+        cfg.path_gap_max
+    )
+    return decide_issue10(fixed, path, controls)
 
-    worst_gain = max(r["gain_gd"] for r in runs)
-    worst_move = max(r["move_gd"] for r in runs)
-    worst_gap = max(r["gaps"]["gd"][0] for r in runs)
-    worst_means = max(r["gaps"]["gd"][1] for r in runs)
-    floor_gap = max(r["floor"][0] for r in runs)
-    floor_means = max(r["floor"][1] for r in runs)
-    crit: list[Criterion] = [
-        criterion("EM's gain from gd's end, worst start (nats/sample)", worst_gain, "<=", cfg.fixed_gain_max),
-        criterion("EM's means move from gd's end, worst start (data std)", worst_move, "<=", cfg.fixed_move_max),
-        criterion("gd–EM path gap, worst start (nats/sample)", worst_gap, "<=", max(cfg.path_gap_max, floor_gap)),
-        criterion(
-            "gd–EM means path gap, worst start (data std)", worst_means, "<=", max(cfg.path_means_max, floor_means)
-        ),
-        criterion(
-            "control: EM's gain from the start, least (nats/sample)",
-            min(r["gain_start"] for r in runs),
-            ">",
-            cfg.fixed_gain_max,
-        ),
-        criterion(
-            "control: EM–EM path gap between starts, least (nats/sample)",
-            min(g[0] for g in em_vs_em),
-            ">",
-            cfg.path_gap_max,
-        ),
-    ]
-    fixed_ok = crit[0].passed and crit[1].passed
-    path_ok = crit[2].passed and crit[3].passed
-    controls_ok = crit[4].passed and crit[5].passed
-    verdict = decide(fixed_ok, path_ok, controls_ok)
 
-    figures = [_plot_curves(runs, ctx), _plot_gaps(runs, em_vs_em, cfg, ctx)]
+def _practical_metrics(runs: list[dict[str, Any]], em_vs_em: list[tuple[float, float]]) -> dict[str, Any]:
     per_start = lambda f: [f(r) for r in runs]  # noqa: E731
-    metrics: dict[str, Any] = {
+    return {
         "EM's gain from gd's end, per start (nats/sample)": per_start(lambda r: r["gain_gd"]),
         "EM's means move from gd's end, per start (data std)": per_start(lambda r: r["move_gd"]),
         "gd stopped by its own plateau rule, per start": per_start(lambda r: r["stopped"]),
@@ -447,11 +1001,241 @@ def run(cfg: Config, ctx: Context) -> Result:
         "held-out log-likelihood at the end, per start": per_start(lambda r: r["held_out"]),
         "|held-out em − gd| at the end, per start": per_start(lambda r: abs(r["held_out"]["em"] - r["held_out"]["gd"])),
         "matched means gap em–gd at the end, per start (data std)": per_start(lambda r: r["end_means_gap"]),
+    }
+
+
+def run(cfg: Config, ctx: Context) -> Result:
+    from implicit_em.mixture._data import DataSource
+
+    truth = _truth(cfg.k, cfg.d, cfg.seed)
+    rng = np.random.RandomState(cfg.seed + 1)
+    x_np, x_test_np = _draw(*truth, cfg.n, rng), _draw(*truth, cfg.n // 2, rng)
+    data = DataSource(x_np, torch.device("cpu"), torch.float64)
+    test = DataSource(x_test_np, torch.device("cpu"), torch.float64)
+    shift, scale = _shift_scale(torch.from_numpy(x_np))
+    pr = problem(x_np, cfg.k, cfg.prior)
+    std = float(x_np.std())  # the unit of every means distance
+    start_rng = np.random.RandomState(cfg.seed + 2)
+    starts = [_start(x_np, cfg.k, start_rng) for _ in range(cfg.n_starts)]
+
+    runs: list[dict[str, Any]] = []
+    for s, start in enumerate(starts):
+        r = _practical(cfg, data, test, start, shift, scale, std, s)
+        # the certified arms from the same start
+        theta_l, grad_l, evals, newton = _lbfgs(pack(start, pr), pr, cfg)
+        end_l = unpack(theta_l, pr)
+        end_e, grad_e, em_iter, step_e = em_fixed_point(
+            data, start, pr, cfg.em_step_tol, cfg.em_max_iter, cfg.em_block, cfg.em_reg_covar
+        )
+        curv_l, curv_e = curvature(theta_l, pr, cfg.hessian_chunk), curvature(pack(end_e, pr), pr, cfg.hessian_chunk)
+        ll_l, ll_e = value(end_l, pr), value(end_e, pr)
+        gap_means = matched_gap(end_l.means.numpy() / std, end_e.means.numpy() / std)
+        gap_theta, dll = theta_gap(end_l, end_e, pr), abs(ll_l - ll_e)
+        # test (ii): EM run on from L-BFGS's certified end, to its own certificate, stays at that point
+        on = em_fixed_point(data, end_l, pr, cfg.em_step_tol, cfg.em_max_iter, cfg.em_block, cfg.em_reg_covar)[0]
+        radius = cfg.same_factor * same_radius(cfg.gtol, cfg.curv_floor, curv_l[2], curv_l[2])
+        ll_on = value(on, pr)
+        stay = max(theta_gap(on, end_l, pr) / radius, abs(ll_on - ll_l) / (cfg.same_ll_rel * abs(ll_l)))
+        # where the practical arm (Adam, plateau rule) stopped: its ‖∇‖ and curvature, and where L-BFGS from
+        # there goes (EM's certified end from the same start, or another stationary point)
+        theta_a = pack(r["gd_end"], pr)
+        curv_a = curvature(theta_a, pr, cfg.hessian_chunk)
+        theta_al, grad_al, _, _ = _lbfgs(theta_a, pr, cfg)
+        curv_al = curvature(theta_al, pr, cfg.hessian_chunk)
+        end_al = unpack(theta_al, pr)
+        ll_al = value(end_al, pr)
+        kind_al = classify(theta_gap(end_al, end_e, pr), abs(ll_al - ll_e), ll_e, curv_al, curv_e, cfg)
+        checked = sorted({p for p in cfg.identity_passes if p <= cfg.passes})
+        residuals = [fisher_and_xu_jordan(data, r[name][p], pr) for name in ("path_em", "path_gd") for p in checked]
+        del r["path_em"], r["path_gd"]
+        r.update(
+            grad_lbfgs=grad_l,
+            evals_lbfgs=[evals, newton],
+            grad_em=grad_e,
+            iter_em=em_iter,
+            step_em=step_e,
+            curv_lbfgs=curv_l,
+            curv_em=curv_e,
+            end_gap=gap_means,
+            end_theta_gap=gap_theta,
+            end_radius=cfg.same_factor * same_radius(cfg.gtol, cfg.curv_floor, curv_l[2], curv_e[2]),
+            end_dll=dll,
+            kind=classify(gap_theta, dll, ll_e, curv_l, curv_e, cfg),
+            decides=(
+                "L-BFGS not certified"
+                if not grad_l <= cfg.gtol
+                else "EM not certified"
+                if not step_e <= cfg.em_step_tol
+                else "degenerate end (slow region)"
+                if not min(curv_l[2], curv_e[2]) >= cfg.curv_floor
+                else "decides"
+            ),
+            stay=stay,
+            gain_lbfgs=ll_on - ll_l,
+            move_lbfgs=float((on.means - end_l.means).norm(dim=1).max()) / std,
+            grad_practical=float(gradient(theta_a, pr, penalised=False)[1].norm()),
+            curv_practical=curv_a,
+            grad_practical_lbfgs=grad_al,
+            curv_practical_lbfgs=curv_al,
+            kind_practical=kind_al,
+            ll_practical=[value(r["gd_end"], pr), ll_al],
+            ll_lbfgs=ll_l,
+            ll_em=ll_e,
+            least_weight_certified=(float(end_l.weights.min()), float(end_e.weights.min())),
+            fisher=max(x[0] for x in residuals),
+            xu_jordan=max(x[1] for x in residuals),
+            end_em=end_e,
+        )
+        runs.append(r)
+
+    ref, curv_ref = runs[0]["end_em"], runs[0]["curv_em"]
+    ll_ref = runs[0]["ll_em"]
+    # control c2: a planted stationary point that is no optimum (K copies of the one-Gaussian fit)
+    theta_g = pack(one_gaussian_point(x_np, cfg.k, cfg.prior), pr)
+    grad_g, curv_g = float(gradient(theta_g, pr)[1].norm()), curvature(theta_g, pr, cfg.hessian_chunk)
+    ll_g = value(unpack(theta_g, pr), pr)
+    kind_g = classify(theta_gap(unpack(theta_g, pr), ref, pr), abs(ll_g - ll_ref), ll_ref, curv_g, curv_ref, cfg)
+    told_g = grad_g <= cfg.gtol and kind_g != "same point"
+    # reported: L-BFGS from a merge/split of EM's certified end at start 0 (another basin, when there is one)
+    theta_p, grad_p, _, _ = _lbfgs(pack(planted_start(ref), pr), pr, cfg)
+    curv_p = curvature(theta_p, pr, cfg.hessian_chunk)
+    end_p = unpack(theta_p, pr)
+    ll_p = value(end_p, pr)
+    kind_p = classify(theta_gap(end_p, ref, pr), abs(ll_p - ll_ref), ll_ref, curv_p, curv_ref, cfg)
+    # identity: the Hungarian matching finds EM's end under reversed labels to be the same point
+    reversed_ref = type(ref)(*(t.flip(0) for t in ref))
+    em_vs_em = [
+        path_gap(a["curves"]["em"], b["curves"]["em"], a["means"]["em"], b["means"]["em"], match=True)
+        for a, b in itertools.combinations(runs, 2)
+    ]
+
+    decided = [r for r in runs if r["decides"] == "decides"]
+    worst = lambda key: max((r[key] for r in decided), default=math.nan)  # noqa: E731
+    crit: list[Criterion] = [
+        gate(
+            "starts that decide (both ends certified, neither degenerate)",
+            len(decided),
+            ">=",
+            cfg.min_decided,
+        ),
+        criterion("‖∇‖ at EM's fixed point, worst deciding start", worst("grad_em"), "<=", cfg.gtol),
+        criterion(
+            "EM run on from L-BFGS's certified end: distance over the same-point bound, worst deciding start",
+            worst("stay"),
+            "<=",
+            1.0,
+        ),
+        criterion(
+            "control: the practical arm's end fails the certificate, least ‖∇‖",
+            min(r["grad_practical"] for r in runs),
+            ">",
+            cfg.gtol,
+        ),
+        criterion(
+            "control: planted stationary point (K copies of the one-Gaussian fit), certified and told apart: "
+            "its Hessian's largest eigenvalue (no optimum)",
+            curv_g[1] if told_g else math.nan,
+            ">",
+            -cfg.curv_floor,
+        ),
+        criterion(
+            "control: EM's gain from the start, least (nats/sample)",
+            min(r["gain_start"] for r in runs),
+            ">",
+            cfg.fixed_gain_max,
+        ),
+        identity(
+            "Fisher's identity along EM's and gd's paths, worst relative residual",
+            max(r["fisher"] for r in runs),
+            "<=",
+            cfg.identity_tol,
+        ),
+        identity(
+            "Xu–Jordan preconditioned gradient = EM's mean step, worst relative residual",
+            max(r["xu_jordan"] for r in runs),
+            "<=",
+            cfg.identity_tol,
+        ),
+        identity(
+            "Hungarian matching: EM's end under reversed labels, θ gap",
+            theta_gap(reversed_ref, ref, pr),
+            "<=",
+            1e-12,
+        ),
+    ]
+    shared_ok = all(c.passed for c in crit[1:3])
+    controls_ok = all(c.passed for c in crit[3:6])
+    verdict = gated(decide(shared_ok, controls_ok), crit)
+    old = _issue10_rule(runs, em_vs_em, cfg)
+
+    figures = [_plot_curves(runs, ctx), _plot_gaps(runs, em_vs_em, cfg, ctx)]
+    per_start = lambda f: [f(r) for r in runs]  # noqa: E731
+    metrics: dict[str, Any] = {
+        "L-BFGS's ‖∇‖ at its end, per start": per_start(lambda r: r["grad_lbfgs"]),
+        "L-BFGS's evaluations and Newton steps after it, per start": per_start(lambda r: r["evals_lbfgs"]),
+        "EM's ‖∇‖ at its fixed point, per start": per_start(lambda r: r["grad_em"]),
+        "EM's iterations to the certificate, per start": per_start(lambda r: r["iter_em"]),
+        "EM's last step at its fixed point (largest change of θ), per start": per_start(lambda r: r["step_em"]),
+        "Hessian's eigenvalues (least, largest, least |λ|) at L-BFGS's end, per start": per_start(
+            lambda r: list(r["curv_lbfgs"])
+        ),
+        "Hessian's eigenvalues (least, largest, least |λ|) at EM's fixed point, per start": per_start(
+            lambda r: list(r["curv_em"])
+        ),
+        "θ gap L-BFGS–EM at the certified ends and the same-point bound, per start (θ units)": per_start(
+            lambda r: [r["end_theta_gap"], r["end_radius"]]
+        ),
+        "matched means gap L-BFGS–EM at the certified ends, per start (data std)": per_start(lambda r: r["end_gap"]),
+        "|Δ objective| L-BFGS–EM at the certified ends, per start (nats/sample)": per_start(lambda r: r["end_dll"]),
+        "certified ends: same point, another optimum, another stationary point or slow region, per start": per_start(
+            lambda r: r["kind"]
+        ),
+        "the start decides, or why not, per start": per_start(lambda r: r["decides"]),
+        "objective at L-BFGS's and EM's certified ends, per start (nats/sample)": per_start(
+            lambda r: [r["ll_lbfgs"], r["ll_em"]]
+        ),
+        "smallest weight at L-BFGS's and EM's certified ends, per start": per_start(
+            lambda r: list(r["least_weight_certified"])
+        ),
+        "EM run on from L-BFGS's certified end: distance over the same-point bound, per start": per_start(
+            lambda r: r["stay"]
+        ),
+        "EM's gain from L-BFGS's certified end, per start (nats/sample)": per_start(lambda r: r["gain_lbfgs"]),
+        "EM's means move from L-BFGS's certified end, per start (data std)": per_start(lambda r: r["move_lbfgs"]),
+        "control: ‖∇‖ at the practical arm's end (Adam, plateau rule), per start": per_start(
+            lambda r: r["grad_practical"]
+        ),
+        "Hessian's eigenvalues (least, largest, least |λ|) at the practical arm's end, per start": per_start(
+            lambda r: list(r["curv_practical"])
+        ),
+        "L-BFGS from the practical arm's end: ‖∇‖ there, per start": per_start(lambda r: r["grad_practical_lbfgs"]),
+        "L-BFGS from the practical arm's end: Hessian's eigenvalues (least, largest, least |λ|), per start": (
+            per_start(lambda r: list(r["curv_practical_lbfgs"]))
+        ),
+        "L-BFGS from the practical arm's end against EM's certified end, per start": per_start(
+            lambda r: r["kind_practical"]
+        ),
+        "objective at the practical arm's end and at L-BFGS's from it, per start (nats/sample)": (
+            per_start(lambda r: r["ll_practical"])
+        ),
+        "control: planted stationary point (one Gaussian ×K), ‖∇‖": grad_g,
+        "control: planted stationary point (one Gaussian ×K), Hessian's eigenvalues (least, largest, least |λ|)": (
+            list(curv_g)
+        ),
+        "control: planted stationary point (one Gaussian ×K) against EM's end at start 0": kind_g,
+        "planted merge/split of EM's end at start 0, L-BFGS's ‖∇‖ at its end": grad_p,
+        "planted merge/split of EM's end at start 0, Hessian's eigenvalues (least, largest, least |λ|)": list(curv_p),
+        "planted merge/split of EM's end at start 0, against EM's end": kind_p,
+        "planted merge/split of EM's end at start 0, |Δ objective| to EM's end (nats/sample)": abs(ll_p - ll_ref),
+        "Fisher's identity, worst relative residual along the paths, per start": per_start(lambda r: r["fisher"]),
+        "Xu–Jordan identity, worst relative residual along the paths, per start": per_start(lambda r: r["xu_jordan"]),
+        "verdict under the issue-10 rule (practical arm decides)": old,
+        **_practical_metrics(runs, em_vs_em),
         "K, D, N, starts, passes": [cfg.k, cfg.d, cfg.n, cfg.n_starts, cfg.passes],
     }
     return Result(
         verdict,
-        _summary(verdict, fixed_ok, path_ok, controls_ok, crit, runs, em_vs_em),
+        _summary(verdict, shared_ok, controls_ok, crit, runs, em_vs_em, old, kind_g, kind_p, cfg),
         metrics,
         crit,
         figures,
@@ -461,61 +1245,84 @@ def run(cfg: Config, ctx: Context) -> Result:
 
 def _summary(
     verdict: Verdict,
-    fixed_ok: bool,
-    path_ok: bool,
+    shared_ok: bool,
     controls_ok: bool,
     crit: list[Criterion],
     runs: list[dict[str, Any]],
     em_vs_em: list[tuple[float, float]],
+    old: Verdict,
+    kind_g: str,
+    kind_p: str,
+    cfg: Config,
 ) -> str:
     n = len(runs)
-    gained = [r for r in runs if r["gain_gd"] > crit[0].threshold]
-    moved = [r for r in runs if r["move_gd"] > crit[1].threshold]
-    stopped = sum(r["stopped"] for r in gained)
-    fixed = (
-        f"Fixed points {'the same' if fixed_ok else 'not the same'}: from {n} starts away from the optimum (EM gains "
-        f"at least {crit[4].measured:.2f} nats/sample from each), EM run on from gd's end gains more than "
-        f"{crit[0].threshold} nats/sample at {len(gained)} of {n} (up to {crit[0].measured:.1e}"
-        + (f"; gd's own plateau rule had stopped it at {stopped} of these" if stopped else "")
-        + f") and moves the means more than {crit[1].threshold} data std at {len(moved)} of {n} "
-        f"(up to {crit[1].measured:.2f})."
+    kinds = [r["kind"] for r in runs]
+    reasons = [r["decides"] for r in runs]
+    certified = (
+        f"{reasons.count('decides')} of {n} starts decide (gate: at least {cfg.min_decided}; "
+        + ", ".join(f"{reasons.count(k)} {k}" for k in dict.fromkeys(reasons))
+        + f"). L-BFGS ends at ‖∇‖ ≤ {max(r['grad_lbfgs'] for r in runs):.1e} (bar {cfg.gtol:g}); EM's last step ≤ "
+        f"{max(r['step_em'] for r in runs):.1e} (bar {cfg.em_step_tol:g}); over the {2 * n} ends the Hessian's "
+        f"largest eigenvalue is at most {max(max(r['curv_lbfgs'][1], r['curv_em'][1]) for r in runs):.1e}, its "
+        f"least |eigenvalue| at least {min(min(r['curv_lbfgs'][2], r['curv_em'][2]) for r in runs):.1e}. "
     )
-    pace = [r["pace"] for r in runs]
-    path = (
-        f" Paths {'the same' if path_ok else 'not the same'}: per pass, gd's full-data log-likelihood is up to "
-        f"{crit[2].measured:.3f} nats/sample from EM's (tolerance {crit[2].threshold:.3f}, gd against itself with "
-        f"another mini-batch order at most {max(r['floor'][0] for r in runs):.3f}; EM from two different starts at "
-        f"least {min(g[0] for g in em_vs_em):.3f}), its means up to {crit[3].measured:.2f} data std from EM's; "
-        f"at any pace, gd's means stray up to {max(r['route']['gd'] for r in runs):.2f} data std from EM's route "
-        f"(gd with another order from gd's: {max(r['route']['gd, other order'] for r in runs):.2f}). "
-        f"Passes to within 0.01 nats of EM's end: EM {[p['em'] for p in pace]}, gd {[p['gd'] for p in pace]}, "
-        f"online EM {[p['online_em'] for p in pace]}."
-    )
-    apart = sum(abs(r["held_out"]["em"] - r["held_out"]["gd"]) > crit[0].threshold for r in runs)
+    tally = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
     ends = (
-        f" From {apart} of {n} starts gd ends more than {crit[0].threshold} nats/sample (held out) below EM."
-        if apart
-        else ""
+        f"From the same start L-BFGS's and EM's ends are: {tally} (θ gap up to "
+        f"{max(r['end_theta_gap'] for r in runs):.1e} against a same-point bound of at least "
+        f"{min(r['end_radius'] for r in runs):.1e}; matched means gap up to {max(r['end_gap'] for r in runs):.1e} "
+        f"data std; reported: which point a start leads to is a path matter). "
     )
-    control = "" if controls_ok else " A control failed, so a half may hold vacuously (see the criteria)."
-    return fixed + path + ends + control
+    if verdict == "UNDECIDED":
+        failed = [c.metric for c in crit if c.role == "gate" and not c.passed]
+        return certified + ends + "UNDECIDED: the fixed-point half cannot be judged (" + "; ".join(failed) + " fails)."
+    shared = (
+        f"Fixed points {'shared' if shared_ok else 'NOT shared'} at the deciding starts: at EM's fixed points ‖∇‖ ≤ "
+        f"{crit[1].measured:.1e} (bar {cfg.gtol:g}); EM run on from L-BFGS's certified end stays within "
+        f"{crit[2].measured:.1e} of the same-point bound. "
+    )
+    practical_kinds = [r["kind_practical"] for r in runs]
+    diag = ", ".join(f"{practical_kinds.count(k)} {k}" for k in dict.fromkeys(practical_kinds))
+    controls = (
+        f"Controls: the practical arm's end (Adam, plateau rule) has ‖∇‖ ≥ {crit[3].measured:.1e} (fails the "
+        f"certificate: {'yes' if crit[3].passed else 'NO'}; L-BFGS from there, against EM's end from the same "
+        f"start: {diag}); the planted stationary point (the one-Gaussian fit ×K) is certified, told apart "
+        f"({kind_g}) and not called an optimum: {'yes' if crit[4].passed else 'NO'} (largest eigenvalue "
+        f"{crit[4].measured:.1e}); EM gains at least {crit[5].measured:.2f} nats/sample from every start. A "
+        f"merge/split of EM's end (reported) leads L-BFGS to: {kind_p}. "
+    )
+    path = (
+        "Path: §3.2's update structure holds as identities along the paths (Fisher's identity, Xu–Jordan, worst "
+        f"residuals {crit[6].measured:.1e}, {crit[7].measured:.1e}; not evidence); the trajectories, which §3.2 "
+        f"disclaims, differ (per-pass gd–EM gap up to {max(r['gaps']['gd'][0] for r in runs):.3f} nats/sample, "
+        f"EM–EM between starts at least {min(g[0] for g in em_vs_em):.3f}). "
+    )
+    practical = (
+        f"Practical arm (not deciding): EM from Adam's end gains up to {max(r['gain_gd'] for r in runs):.1e} "
+        f"nats/sample; the issue-10 rule on it says {old}."
+    )
+    tail = "" if controls_ok else " A control failed, so the fixed-point half may hold vacuously."
+    return certified + shared + ends + controls + path + practical + tail
 
 
 def _details(cfg: Config) -> str:
     return (
         f"{cfg.n_starts} starts, each {cfg.k} distinct data rows as means with the data's covariance and equal "
-        f"weights; {cfg.passes} passes per fitter; online EM and gd on mini-batches of {cfg.batch_size} "
-        f"({math.ceil(cfg.n / cfg.batch_size)} steps per pass, EM one), gd with Adam at {cfg.learning_rate} halved "
-        "on plateaus (the library's schedule; after it stops its end point is held). Every trajectory is scored "
-        "after every pass by one function, the library's exact full-data mean log-likelihood; the fitters' own "
-        "logs are not used. The fixed-point test runs EM on from gd's end (up to "
-        f"{cfg.polish_iter} iterations, |Δ| < {cfg.polish_tol:g}). Path gaps are the largest per-pass differences "
-        "over passes 1..P. Caveat: a pass is one EM iteration but many mini-batch steps, so 'the same path per "
-        "pass' is one reading of 'the path'; the pace row shows how many passes each needs, the route row how far "
-        "gd strays from EM's route at any pace. Where EM gains from gd's end, look at the smallest weights: gd "
-        "can leave a component nearly empty (its gradient scales with its weight; EM's M-step divides by it), "
-        "and a nearly empty component's mean is weakly determined, so its move can exceed the means tolerance "
-        "while the likelihood gain stays below the gain tolerance."
+        "weights. Objective of the certified arms: the mean log-likelihood with a Wishart prior on every precision "
+        f"worth {cfg.prior:g} pseudo-sample of the data's spread (EM's M-step Σ_j = S_j + prior·s²/N_j·I; without it "
+        "the likelihood is unbounded). Certified arms: full-batch float64 L-BFGS (strong-Wolfe line search, "
+        f"history 50, at most {cfg.lbfgs_max_evals} evaluations, then Newton steps where it stalls) in θ = (logits, "
+        "standardised means, log-diagonal and off-diagonal of the precision's Cholesky factor), until ‖∇_θ‖ ≤ "
+        f"{cfg.gtol:g}; EM (the library's E-step statistics, the prior's M-step) until one iteration changes θ by "
+        f"at most {cfg.em_step_tol:g}, checked every {cfg.em_block} iterations, at most {cfg.em_max_iter}. The "
+        "Hessian is exact (float64; the common logit shift, which changes nothing, dropped). Two ends are one point "
+        f"when their θ gap after the Hungarian matching is within {cfg.same_factor:g} × gtol (1/min|λ_a| + "
+        f"1/min|λ_b|) and their objectives within {cfg.same_ll_rel:g} relative; an end with min|λ| < "
+        f"{cfg.curv_floor:g} is degenerate (its start does not decide). Practical arm (the issue-10 experiment, "
+        f"reported): {cfg.passes} passes per fitter; online EM and gd on mini-batches of {cfg.batch_size} "
+        f"({math.ceil(cfg.n / cfg.batch_size)} steps per pass), gd with Adam at {cfg.learning_rate} halved on "
+        "plateaus (tol 1e-5) and held at its end, scored after every pass by the library's exact full-data mean "
+        "log-likelihood (no prior); EM is run on from its end with the library's reg_covar."
     )
 
 
