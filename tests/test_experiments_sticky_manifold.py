@@ -305,7 +305,7 @@ def test_mean_value_jacobian_matches_autograd_token_by_token() -> None:
 
 def test_planted_testbed_models_score_one_and_zero_and_the_init_near_chance() -> None:
     tb = StickyTestbed(means_seed=7)
-    held = tb.sample(64, _gen(8))
+    held = tb.sample(16, _gen(8))
     basis = symbol_mean_basis(tb.means)
     model = tb.model(9)
     q = Config.quick().queries()
@@ -376,8 +376,8 @@ def test_a_failed_identity_raises() -> None:
 
 
 def _small(**over: Any) -> Config:
-    """A small deciding arm: 2 inits, 1 shuffled, 64 held-out windows (the one head is not run by _testbed)."""
-    return dataclasses.replace(Config.quick(), testbed_n_inits=2, testbed_eval_size=64, **over)
+    """A small deciding arm: 2 inits, 1 shuffled, 16 held-out windows (the one head is not run by _testbed)."""
+    return dataclasses.replace(Config.quick(), testbed_n_inits=2, testbed_eval_size=16, **over)
 
 
 def test_a_non_tracking_deciding_arm_is_undecided_end_to_end() -> None:
