@@ -20,28 +20,54 @@ like with like:
   input space (the input directions the leading value components read). The value vectors themselves span all of
   :math:`\mathbb{R}^{E}` (the noise is full rank), so their plain span says nothing; their principal subspace does.
 
+The same two measures on the shared sticky testbed (:class:`~implicit_em.windtunnel.sticky.StickyTransformer`,
+issue 25 §1), where the value map is no longer linear in x_t (input embedding, positions, LayerNorm) and the
+logits read the context through two layers:
+
+- :func:`transformer_value_subspace`: the first attention layer's values :math:`v_t = W_V\,\mathrm{LN}(W_{in} x_t +
+  p_t)` (both heads, 32-d). Their input map is linearised by its Jacobian :math:`J_t = \partial v_t / \partial x_t`
+  (E, D) averaged over the held-out positions, :math:`\bar J`; then :func:`value_subspace` with
+  :math:`W_V := \bar J^\top` (D, E): the principal subspace of the x-driven part of the values, pulled back. For a
+  linear value map (the one head) :math:`\bar J^\top = W_V` and this is :func:`value_subspace` itself;
+- :func:`context_readout_subspace`: the input directions through which the *earlier* inputs move the
+  prediction. For query positions t and every earlier j < t, the rows of the class-centred logit Jacobian
+  :math:`\partial \tilde z_t / \partial x_j` (C rows in :math:`\mathbb{R}^{D}` each, :math:`\tilde z = z -
+  \bar z`: the softmax ignores a common shift), stacked over windows, j and t; the subspace is their top C - 1
+  right singular vectors. For the exact Bayes predictive every such row lies in the centred mean span (the
+  likelihood reads x_j only through :math:`x_j \cdot \mu_s`, and a shift common to the C of them changes nothing),
+  so the Bayes filter scores 1 (an identity). For the one head this is the generalisation of
+  :func:`readout_subspace`: without the score path :math:`\partial \tilde z_t / \partial x_j = \alpha_{tj}
+  (W_V W_O (I - \mathbf 1 \mathbf 1^\top / C))^\top`.
+
 Everything geometric is float64.
 """
 
+import copy
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
-from torch import Tensor
+from torch import Tensor, nn
+from torch.func import jacrev, vmap
 
 from implicit_em.experiments._manifold import mean_cos2, random_mean_cos2, value_manifold_signature
 from implicit_em.experiments.sticky_sculpting import single_head_logits
 from implicit_em.probes.attention import attention
 
 __all__ = [
+    "context_readout_subspace",
     "head_signatures",
     "planted_controls",
+    "planted_testbed_model",
     "readout_subspace",
     "shuffle_labels",
     "subspace_scores",
     "symbol_mean_basis",
     "train_online_adam",
+    "transformer_scores",
+    "transformer_value_subspace",
     "value_subspace",
 ]
 
@@ -194,3 +220,85 @@ def shuffle_labels(y: Int[Tensor, "p t"], seed: int) -> Int[Tensor, "p t"]:
     """Each sequence's targets permuted over its positions: the same label frequencies, no link to the inputs."""
     g = torch.Generator().manual_seed(seed)
     return torch.stack([row[torch.randperm(row.numel(), generator=g)] for row in y])
+
+
+# ------------------------------------------------------------------------------------- the shared sticky testbed
+
+
+def mean_value_jacobian(model: nn.Module, x: Float[Tensor, "b t d"]) -> Float[Tensor, "e d"]:
+    r"""The first attention layer's value Jacobian :math:`\partial v_t / \partial x_t` (E, D), averaged over every
+    position of ``x``, float64; :math:`v_t = W_V\,\mathrm{LN}_1(W_{in} x_t + p_t)` (both heads, before the split)."""
+    block = model.blocks[0]  # type: ignore[index]
+    b, t, d = x.shape
+    pos = model.pos(torch.arange(t)).detach()  # type: ignore[operator]  # (T, d_model)
+
+    def value(x_tok: Tensor, p_tok: Tensor) -> Tensor:
+        return block.attn.W_V(block.ln1(model.inp(x_tok) + p_tok))  # type: ignore[operator, union-attr]
+
+    with torch.no_grad():
+        xs = x.detach().reshape(-1, d)  # (B T, D)
+        ps = pos[None].expand(b, t, -1).reshape(-1, pos.shape[-1])  # (B T, d_model)
+        jac = vmap(jacrev(value, argnums=0))(xs, ps)  # (B T, E, D)
+    return jac.to(F64).mean(dim=0)
+
+
+def transformer_value_subspace(model: nn.Module, x: Float[Tensor, "b t d"], k: int) -> Float[Tensor, "d k"]:
+    """The principal subspace (D, k) of the first layer's values, pulled back through their mean Jacobian (module
+    docstring): :func:`value_subspace` with W_V the transposed mean Jacobian."""
+    return value_subspace(mean_value_jacobian(model, x).T, x.reshape(-1, x.shape[-1]), k)
+
+
+def context_readout_subspace(
+    logits_fn: Callable[[Tensor], Tensor], x: Float[Tensor, "b t d"], queries: Sequence[int], k: int
+) -> Float[Tensor, "d k"]:
+    r"""Top-k right singular subspace (D, k) of the rows of :math:`\partial \tilde z_t / \partial x_j`, j < t, for the
+    query positions t in ``queries``, stacked over the windows of ``x`` (module docstring).
+
+    ``logits_fn`` maps x (B, T, D) to logits or log-probabilities (B, T, C), position by position causally; the
+    windows are independent, so the gradient of a sum over windows gives each window's own Jacobian row.
+    """
+    xg = x.detach().clone().requires_grad_(True)
+    z = logits_fn(xg)
+    rows = []
+    for t in queries:
+        if not 0 < t < x.shape[1]:
+            raise ValueError(f"query position {t} has no earlier input in a window of {x.shape[1]}")
+        zc = z[:, t] - z[:, t].mean(dim=-1, keepdim=True)  # (B, C): the common logit shift removed
+        for c in range(zc.shape[-1]):
+            (g,) = torch.autograd.grad(zc[:, c].sum(), xg, retain_graph=True)  # (B, T, D)
+            rows.append(g[:, :t].detach().to(F64).reshape(-1, x.shape[-1]))
+    stacked = torch.cat(rows)  # (rows, D)
+    _, s, vh = torch.linalg.svd(stacked, full_matrices=False)
+    if float(s[k - 1]) <= 1e-10 * max(float(s[0]), 1e-300):
+        raise ValueError(f"the context read-out has rank below {k}")
+    return vh[:k].T
+
+
+def planted_testbed_model(model: nn.Module, basis: Float[Tensor, "d k"], inside: bool) -> nn.Module:
+    """A copy of ``model`` whose input embedding reads only the span of ``basis`` (``inside``) or only its
+    orthogonal complement: W_in <- W_in P. Every path from x to the values and the logits passes through W_in, so
+    both measures must score 1 (inside) or 0 (outside) up to float32 round-off."""
+    planted = copy.deepcopy(model)
+    proj = basis @ basis.T  # (D, D)
+    if not inside:
+        proj = torch.eye(basis.shape[0], dtype=F64) - proj
+    with torch.no_grad():
+        w: Tensor = planted.inp.weight  # type: ignore[union-attr, assignment]
+        w.copy_((w.double() @ proj).to(w.dtype))
+    return planted
+
+
+def transformer_scores(
+    model: nn.Module, basis: Float[Tensor, "d k"], x: Float[Tensor, "b t d"], queries: Sequence[int]
+) -> dict[str, float]:
+    """Mean cos² of the principal angles to ``basis`` of the model's ``readout`` (:func:`context_readout_subspace`)
+    and ``value`` (:func:`transformer_value_subspace`) subspaces, in eval mode."""
+    k = basis.shape[1]
+    was = model.training
+    model.eval()
+    try:
+        readout = context_readout_subspace(model, x, queries, k)
+        value = transformer_value_subspace(model, x, k)
+    finally:
+        model.train(was)
+    return {"readout": mean_cos2(readout, basis), "value": mean_cos2(value, basis)}

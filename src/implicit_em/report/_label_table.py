@@ -157,7 +157,12 @@ UNITS: dict[str, list[tuple[str, str]]] = {
     "sticky_manifold": [
         (r"_(d_in_sd|z)$", "SDs"),
         (r"(readout|value)(_raw)?_(init|trained|d)_(mean|sd|se)$|(readout|value)(_raw)?_per_run$", "mean cos²"),
-        (r"^(chance|chance_raw|aligned_threshold|random_heads_(mean|sd|se)|planted_\w+)$", "mean cos²"),
+        (r"^(onehead_)?(chance|chance_raw|aligned_threshold|random_heads_(mean|sd|se)|planted_\w+)$", "mean cos²"),
+        (r"^bayes_readout$", "mean cos²"),
+        (r"track_ratio_max|plateau_in_bars_max", "ratio"),
+        (r"^(tracking|plateau)_bar$|plateau_drop", "bits"),
+        (r"^testbed_s$", "s"),
+        (r"verdict_before", "verdict"),
         (r"(pc1|pc12|share_above_companion)", "fraction"),
         (r"participation_ratio", "components"),
         (r"spearman_abs", "|Spearman ρ|"),
@@ -305,6 +310,13 @@ PHRASES: dict[str, dict[str, str]] = {
         "bayes_heldout_loss": "Bayes-optimal held-out loss", "no_context_heldout_loss": "no-context held-out loss",
         "rule_outcome": "rule outcome", "rule_parts": "rule parts", "heldout_curve": "held-out loss curve",
         "kl": "KL(Bayes ‖ model)",
+        "onehead": "one-head setting (reported):", "trained": "trained arm:", "tracking_bar": "tracking bar",
+        "plateau_bar": "plateau allowance", "bayes_readout": "exact Bayes filter's read-out alignment",
+        "track_ratio_max": "worst init's KL / no-context KL (tracking gate)",
+        "plateau_in_bars_max": "worst init's last-fifth KL drop / plateau allowance (gate)",
+        "plateau_drop": "last-fifth KL drop", "kl_history": "KL history", "kl_max": "worst KL(Bayes ‖ model)",
+        "testbed_s": "testbed wall time", "testbed_train_s": "testbed training time", "n_shuffled":
+        "shuffled-labels models", "verdict_before_issue25": "verdict before issue 25",
     },
     "advantage_ablation": {
         "A": "arm A", "B": "arm B", "C": "arm C", "D": "arm D", "over_A": "relative to arm A",

@@ -134,8 +134,12 @@ _CAPTIONS: dict[str, str] = {
     "mixing_weight_escape": "Mixing weights escaping from a bad start: the weights over training per fitter.",
     "normalisation_as_volume": "Normalisation as volume: the spread of the normalised features per arm over "
     "training, their effective rank, and the k-means ARI per replicate.",
-    "sticky_manifold": "Sticky chain: alignment of the read-out and value subspaces with the symbol-mean span "
-    "(mean cos² of principal angles), and the value signature against Bayes.",
+    "sticky_manifold": "Sticky testbed (deciding): alignment of the context read-out and the layer-1 value PCs with "
+    "the symbol-mean span (mean cos² of principal angles) at init, after training and with shuffled labels; the "
+    "held-out KL of every init against the tracking bar.",
+    "sticky_manifold_onehead": "The companion's one-head setting (reported, cannot represent the filter): "
+    "alignment of the read-out and value subspaces with the symbol-mean span, and the value signature against "
+    "Bayes.",
     "advantage_ablation": "Advantage ablation: KL and value signature of each arm (A-D) on both tasks.",
     "two_timescale": "Two time scales: distance of A, V, W_V and W_QK from their end points over training.",
     "normalisation_necessity_kl": "Normalisation necessity: KL to Bayes per architecture, on the three tasks.",
