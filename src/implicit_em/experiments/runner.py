@@ -61,7 +61,15 @@ _VERSION_KEYS = ("torch", "numpy", "scikit-learn", "transformers", "python")
 # the slowest experiments of the quick audit, slowest first (issue 26's session, quick seed 0 on 2 loaded cores):
 # a fresh parallel run starts them first so that no worker is left with a long one at the end. Only the order in
 # which workers take experiments depends on it; an earlier run in the folder overrides it with its own times.
-_SLOW_FIRST = ("specialisation", "two_timescale", "gd_vs_em_step", "normalisation_as_volume", "bayes_necessity")
+_SLOW_FIRST = (
+    "sticky_manifold",
+    "specialisation",
+    "advantage_ablation",
+    "two_timescale",
+    "normalisation_as_volume",
+    "bayes_necessity",
+    "same_optimum",
+)
 
 # seeds go to numpy, torch and scikit-learn; the last accepts [0, 2**32 - 1]
 _MAX_SEED = 2**32 - 1
