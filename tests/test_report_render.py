@@ -136,7 +136,12 @@ def test_the_committed_full_audit_renders_every_verdict_and_criterion() -> None:
         html = render(state, Path("docs"))
     page = _parse(html)
     marks = [r for r in page.rows if len(r) == 5 and r[-1] in ("✓", "✗")]
-    expected = [c for e in state["experiments"].values() for c in e["criteria"]]
+    # the report lists an experiment's tests and gates, then its identities apart (issue 25 §6)
+    expected = [
+        c
+        for e in state["experiments"].values()
+        for c in sorted(e["criteria"], key=lambda c: c.get("role", "test") == "identity")
+    ]
     assert len(marks) == len(expected) and [m[-1] == "✓" for m in marks] == [c["passed"] for c in expected]
     sections = [a for t, a in page.elements if t == "section"]
     assert [(a["data-experiment"], a["data-verdict"]) for a in sections] == [
