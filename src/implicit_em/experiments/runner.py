@@ -390,10 +390,7 @@ def _serial(
         record = None
         if isinstance(planned, _Task):
             shown.write(f"{planned.counter} {exp.name} ... ({planned.why})")
-            try:
-                result = exp.run(planned.cfg, ctx)
-            except Exception as err:  # recorded, not hidden: the report shows it as ERROR (unless an interrupt)
-                result = _error(err)
+            result, _ = _work(exp, planned.cfg, str(ctx.run_dir))  # as a worker runs it (ERROR for an exception)
             record = _record(planned, result, time.perf_counter() - planned.t0, state, versions)
         elif planned is not None:
             record = planned
@@ -518,7 +515,7 @@ def _work(exp: Experiment[Any], cfg: Any, run_dir: str) -> tuple[Result, float]:
     t0 = time.perf_counter()
     try:
         result = exp.run(cfg, Context(Path(run_dir)))
-    except Exception as err:
+    except Exception as err:  # recorded, not hidden: the report shows it as ERROR (unless it was an interrupt)
         result = _error(err)
     return result, time.perf_counter() - t0
 
