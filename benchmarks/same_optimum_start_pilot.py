@@ -44,22 +44,11 @@ data = DataSource(x, torch.device("cpu"), torch.float64)
 pr = so.problem(x, cfg.k, cfg.prior)
 srng = np.random.RandomState(seed + 2)
 make = so._start if which == "old" else new_start
-out: list[dict[str, Any]] = []
 for s in range(cfg.n_starts):
     st = make(x, cfg.k, srng)
     t = time.time()
     end, g, it, step = so.em_fixed_point(data, st, pr, cfg.em_step_tol, cfg.em_max_iter, cfg.em_block, cfg.em_reg_covar)
-    out.append(
-        dict(
-            start=s,
-            start_min_w=float(st.weights.min()),
-            em_min_w=float(end.weights.min()),
-            grad=g,
-            iters=it,
-            step=step,
-            gain=so.value(end, pr) - so.value(st, pr),
-            ll=so.value(end, pr),
-            sec=round(time.time() - t, 1),
-        )
-    )
-    print(json.dumps(out[-1]), flush=True)
+    ll = so.value(end, pr)
+    row = dict(start=s, start_min_w=float(st.weights.min()), em_min_w=float(end.weights.min()), grad=g, iters=it)
+    row.update(step=step, gain=ll - so.value(st, pr), ll=ll, sec=round(time.time() - t, 1))
+    print(json.dumps(row), flush=True)
