@@ -34,6 +34,7 @@ from implicit_em.experiments.two_timescale import (
     _criteria,
     _lr_mult,
     _ordering,
+    _state,
     _sticky,
     decide,
     planted_control,
@@ -153,6 +154,53 @@ def test_a_non_tracking_deciding_arm_makes_the_verdict_undecided() -> None:
         assert gated("SUPPORTED", crit) == "UNDECIDED"
 
 
+def _planted_metrics(cfg: Config, a_first: bool, w_v_only: bool, track: float = 0.05) -> dict[str, object]:
+    """A setting's metrics computed by the experiment's own rules from planted τ and speed-ups (5 seeds): A settles
+    at 100 and V at 400 steps (or the reverse), in both data orders; W_V x10 twice as fast as the baseline and the
+    other groups at 1x (or every group twice as fast), seed noise 0.1."""
+    fast, slow = [100, 110, 90, 105, 95], [400, 410, 390, 420, 380]
+    ta, tv = (fast, slow) if a_first else (slow, fast)
+    t = {"tau_A": ta, "twin_tau_A": [x + 5 for x in ta], "tau_V": tv, "twin_tau_V": [x + 5 for x in tv],
+         "drift_step": 600}  # fmt: skip
+    outcomes = _ordering(t, cfg)
+    runs = ["baseline", *[f"{g} x10" for g in GROUPS]]
+    other = 1.0 if w_v_only else 2.0
+    su = torch.tensor([1.0, 2.0, other, other], dtype=F64)
+    su = su + 0.1 * torch.randn(5, 4, generator=torch.Generator().manual_seed(1), dtype=F64)
+    su[:, 0] = 1.0
+    spec = specificity(su, runs, 10.0, cfg)
+    return {"outcomes": outcomes, "state": _state(outcomes, cfg), "specific": {"x10": spec["specific"]},
+            "track_ratio": [track] * 5, "plateau_gap_ratio": [0.005] * 5, "gain_mean_se": {"x10": spec["gain"]},
+            "vs_W_O_mean_se": {"x10": spec["vs_W_O"]}, "vs_W_QK_mean_se": {"x10": spec["vs_W_Q/W_K"]}}  # fmt: skip
+
+
+def _verdict(metrics: dict[str, dict[str, object]], cfg: Config) -> str:
+    criteria = [c for name in DECIDING for c in _criteria(name, metrics[name], cfg)]  # type: ignore[arg-type]
+    states = {n: str(metrics[n]["state"]) for n in DECIDING}
+    specific = {n: bool(metrics[n]["specific"]["x10"]) for n in DECIDING}  # type: ignore[index]
+    return gated(decide(states, specific), criteria)
+
+
+def test_planted_effects_move_the_verdict_and_a_non_tracking_sticky_baseline_undecides_it() -> None:
+    cfg = Config.full()
+    yes = _planted_metrics(cfg, a_first=True, w_v_only=True)
+    assert yes["outcomes"] == ["supports"] * 5 and yes["specific"] == {"x10": True}
+    assert _verdict(dict.fromkeys(DECIDING, yes), cfg) == "SUPPORTED"
+    shared = _planted_metrics(cfg, a_first=True, w_v_only=False)  # the same speed-up on every group
+    assert shared["specific"] == {"x10": False}
+    assert _verdict(dict.fromkeys(DECIDING, shared), cfg) == "PARTIAL"
+    reverse = _planted_metrics(cfg, a_first=False, w_v_only=False)  # V settles first: the ordering fails
+    assert reverse["state"] == "fails"
+    assert _verdict(dict.fromkeys(DECIDING, reverse), cfg) == "REFUTED"
+    # the sticky baseline above the tracking bar (its earlier full-size 0.117 of no-context): UNDECIDED, whatever
+    # the planted effect
+    for planted in (yes, shared, reverse):
+        lost = {**planted, "track_ratio": [0.05, 0.05, 0.117, 0.05, 0.05]}
+        assert _verdict({"wind_tunnel": planted, "sticky": lost}, cfg) == "UNDECIDED"
+        stalled = {**planted, "plateau_gap_ratio": [0.005, 0.005, 0.005, 0.06, 0.005]}  # half-budget twin 0.06 above
+        assert _verdict({"wind_tunnel": planted, "sticky": stalled}, cfg) == "UNDECIDED"
+
+
 def test_a_run_too_short_to_track_is_undecided(tmp_path: Path) -> None:
     res = EXPERIMENT.run(_tiny(), Context(tmp_path))
     assert res.verdict == "UNDECIDED"
@@ -251,4 +299,6 @@ def test_quick_run_is_consistent(result: tuple[Result, Path]) -> None:
     states = {n: m[f"{n}_adam_state"] for n in DECIDING}
     specific = {n: m[f"{n}_adam_specific"]["x10"] for n in DECIDING}
     assert res.verdict == gated(decide(states, specific), res.criteria)
+    # a smoke size: the sticky testbed trains 100 of its 4,000 steps, cannot track, and so cannot decide
+    assert not m["sticky_adam_tracks"] and res.verdict == "UNDECIDED"
     assert (run_dir / res.figures[0]).is_file()
