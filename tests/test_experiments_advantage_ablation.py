@@ -499,7 +499,7 @@ def sticky_a() -> Any:
 
 def _sticky_task(cfg: aa.Config, seed: dict[str, Any], b: dict[str, Any], d: dict[str, Any]) -> Any:
     """The sticky task's criteria with arms B, C and D planted as the given records (C = D)."""
-    records = {**seed, "B": {"qk_change": 0.0, **b}, "C": d, "D": d}
+    records = {**seed, "B": {**b, "qk_change": 0.0}, "C": d, "D": d}  # a planted B stands in for the surgery's
     runs = {k: [records[k]] for k in ("init", *aa.ARMS)}
     m = aa._summarise(runs, [seed["floor"]["kl"]], cfg)
     m.update(aa._manifold_summary([records], cfg))
