@@ -499,7 +499,8 @@ def sticky_a() -> Any:
 
 def _sticky_task(cfg: aa.Config, seed: dict[str, Any], b: dict[str, Any], d: dict[str, Any]) -> Any:
     """The sticky task's criteria with arms B, C and D planted as the given records (C = D)."""
-    records = {**seed, "B": {**b, "qk_change": 0.0}, "C": d, "D": d}  # a planted B stands in for the surgery's
+    planted = {"B": {**b, "qk_change": 0.0}, "C": {**d, "qk_change": 0.0}, "D": {**d, "qk_change": 0.0}}
+    records = {**seed, **planted}  # planted arms stand in for the surgery's (its frozen-B identity is not read here)
     runs = {k: [records[k]] for k in ("init", *aa.ARMS)}
     m = aa._summarise(runs, [seed["floor"]["kl"]], cfg)
     m.update(aa._manifold_summary([records], cfg))
