@@ -262,6 +262,125 @@ def test_task_outcome_on_planted_metrics(
     assert aa._task_outcome(criteria) == expected
 
 
+# --- the sticky half's signature: sticky_manifold's read-out, on planted metrics --------------------------------
+
+KEEPS, CHANCE = (0.99, 0.99), (0.33, 0.37)  # mean cos² (context read-out, value PCs): aligned / at the init's level
+
+
+def _planted_sticky(
+    a_kl: float,
+    b_kl: float,
+    d_kl: float,
+    scores: dict[str, tuple[float, float]],
+    spread_sd: float = 0.05,
+    shuffled: tuple[float, float] = CHANCE,
+) -> dict[str, float]:
+    """Planted sticky-half metrics: KLs, each name's two read-out scores (init included), the init spread's sd, the
+    other-window-label control's scores; chance 0.35 and the aligned bar 0.675 as in the run."""
+    m = _planted(a_kl, b_kl, d_kl, {"init": FLAT, "A": FLAT, "B": FLAT, "D": FLAT})  # PC1 / ρ: not read here
+    m.update(chance=0.35, aligned_threshold=0.675)
+    for i, x in enumerate(aa.MEASURES):
+        m[f"init_spread_{x}_sd"] = spread_sd
+        m[f"shuffled_{x}"] = shuffled[i]
+        for name, pair in scores.items():
+            m[f"{name}_{x}"] = pair[i]
+            m[f"{name}_{x}_gain"] = pair[i] - scores["init"][i]
+    return m
+
+
+@pytest.mark.parametrize(
+    ("a_kl", "b_kl", "d_kl", "scores", "shuffled", "expected"),
+    [
+        # B keeps the manifold and comes within 2x of A: the falsifier
+        (0.04, 0.06, 1.5, {"init": CHANCE, "A": KEEPS, "B": KEEPS, "D": CHANCE}, CHANCE, "falsifier"),
+        # B and D lose it and end >= 10x worse: necessary
+        (0.04, 0.5, 1.5, {"init": CHANCE, "A": KEEPS, "B": CHANCE, "D": CHANCE}, CHANCE, "necessary"),
+        # B keeps it but ends 4x worse (the KL between the bars): between
+        (0.04, 0.16, 1.5, {"init": CHANCE, "A": KEEPS, "B": KEEPS, "D": CHANCE}, CHANCE, "between"),
+        # B within 2x, aligned and beyond the init but not near A (0.80 against 0.99): not present, so between
+        (0.04, 0.06, 1.5, {"init": CHANCE, "A": KEEPS, "B": (0.80, 0.80), "D": CHANCE}, CHANCE, "between"),
+        # B within 2x on one aligned measure only: not the manifold, so between
+        (0.04, 0.06, 1.5, {"init": CHANCE, "A": KEEPS, "B": (0.99, 0.40), "D": CHANCE}, CHANCE, "between"),
+        # arm A tracks but is not aligned (0.60 < 0.675): undecided
+        (0.04, 0.5, 1.5, {"init": CHANCE, "A": (0.60, 0.99), "B": CHANCE, "D": CHANCE}, CHANCE, "undecided"),
+        # arm A is aligned but no further from its init than 2 σ_init (the init is aligned already): undecided
+        (0.04, 0.5, 1.5, {"init": (0.95, 0.95), "A": KEEPS, "B": CHANCE, "D": CHANCE}, CHANCE, "undecided"),
+        # the other-window-label control reaches the aligned bar: the read-out cannot tell, undecided
+        (0.04, 0.5, 1.5, {"init": CHANCE, "A": KEEPS, "B": CHANCE, "D": CHANCE}, (0.90, 0.30), "undecided"),
+        # no control model was run (NaN): its gate cannot pass
+        (0.04, 0.5, 1.5, {"init": CHANCE, "A": KEEPS, "B": CHANCE, "D": CHANCE}, (math.nan, math.nan), "undecided"),
+        # arm A does not track: undecided whatever the read-out says
+        (0.5, 0.9, 0.9, {"init": CHANCE, "A": KEEPS, "B": CHANCE, "D": CHANCE}, CHANCE, "undecided"),
+    ],
+)
+def test_sticky_outcome_reads_sticky_manifolds_read_out(
+    a_kl: float,
+    b_kl: float,
+    d_kl: float,
+    scores: dict[str, tuple[float, float]],
+    shuffled: tuple[float, float],
+    expected: str,
+) -> None:
+    cfg = aa.Config.quick()
+    crit = aa._task_criteria("sticky", _planted_sticky(a_kl, b_kl, d_kl, scores, shuffled=shuffled), cfg)
+    assert "A_rho" not in crit and "A_readout_aligned" in crit  # the sticky task reads the subspace signature
+    assert crit["A_readout_aligned"].role == "gate" and crit["shuffled_value"].role == "gate"
+    assert crit["B_readout_aligned"].role == "test"
+    assert aa._task_outcome(crit) == expected
+
+
+def test_sticky_thresholds_are_sticky_manifolds() -> None:
+    """The read-out's bars are sticky_manifold's declared ones (not chosen here), and the aligned bar is 0.675."""
+    from implicit_em.experiments import sticky_manifold as sm
+
+    cfg, smc = aa.Config.full(), sm.Config()
+    assert (cfg.manifold_sigmas, cfg.manifold_margin_fraction) == (smc.sigmas, smc.margin_fraction) == (2.0, 0.5)
+    assert cfg.queries() == smc.queries() == [7, 15, 23, 31]
+    tb = cfg.testbed()
+    chance = 7 / 20
+    assert (tb.n_features, tb.n_symbols) == (20, 8)
+    assert chance + cfg.manifold_margin_fraction * (1 - chance) == pytest.approx(0.675)
+
+
+def test_the_sticky_residual_signature_is_still_readable_and_a_bijection_keeps_its_own() -> None:
+    cfg = aa.Config.quick()
+    m = _planted_sticky(0.04, 0.5, 1.5, {"init": CHANCE, "A": KEEPS, "B": CHANCE, "D": CHANCE})
+    assert aa._task_outcome(aa._task_criteria("sticky", m, cfg)) == "necessary"
+    # the earlier reading (the residual's PC1 / |ρ|, here flat for A): its signature gate fails
+    assert aa._task_outcome(aa._task_criteria("sticky", m, cfg, signature="residual")) == "undecided"
+    assert "A_rho" in aa._task_criteria("bijection", _planted(0.01, 0.5, 0.6, {"init": FLAT, "A": GOOD, "B": FLAT,
+                                                                               "D": FLAT}), cfg)  # fmt: skip
+
+
+def test_the_read_out_differentiates_the_models_function_not_the_arms_surgery() -> None:
+    """An arm's read-out goes through an exact-gradient copy: arm B's weights read like the same weights in exact
+    mode, while B's own backward (no score path) would give another Jacobian."""
+    from implicit_em.experiments._sticky_manifold import context_readout_subspace, symbol_mean_basis
+
+    tb = StickyTestbed(length=8, d_model=16, d_ff=32)
+    x = tb.sample(16, torch.Generator().manual_seed(0)).x
+    torch.manual_seed(0)
+    exact = ablated_sticky(tb.model(5), "exact", perm_seed=0)
+    with torch.no_grad():  # sharp, input-dependent attention, so the score path matters
+        for p in (*exact.blocks[0].attn.W_Q.parameters(), *exact.blocks[0].attn.W_K.parameters()):
+            p.mul_(60.0)
+    zero = ablated_sticky(tb.model(5), "zero", perm_seed=0)
+    zero.load_state_dict(exact.state_dict())
+    basis = symbol_mean_basis(tb.means)
+    torch.testing.assert_close(zero(x), exact(x), rtol=0, atol=0)  # the same function
+    copy_ = aa._exact_copy(zero)
+    assert all(a.mode == "exact" for a in copy_.modules() if isinstance(a, type(zero.blocks[0].attn)))
+    assert zero.blocks[0].attn.mode == "zero"  # the arm itself is untouched
+
+    def readout(model: torch.nn.Module) -> torch.Tensor:
+        sub = context_readout_subspace(model, x, [7], 7)
+        return sub @ sub.T  # the projector: basis-free
+
+    torch.testing.assert_close(readout(copy_), readout(exact), rtol=1e-4, atol=1e-4)
+    assert float((readout(zero) - readout(exact)).abs().max()) > 1e-2
+    assert aa._exact_copy(exact) is not exact and basis.shape == (20, 7)
+
+
 def test_not_plateaued_is_undecided() -> None:
     sig = {"init": FLAT, "A": GOOD, "B": FLAT, "D": FLAT}
     crit = aa._task_criteria("t", _planted(0.01, 0.5, 0.6, sig, plateau=1.5), aa.Config.quick())
@@ -291,8 +410,9 @@ def test_a_failed_gate_on_either_task_makes_the_verdict_undecided() -> None:
 # --- the gates and a planted effect on real training runs (small sizes) -------------------------------------
 
 SMOKE = dataclasses.replace(
-    aa.Config.quick(), sticky_steps=60, onehead_steps=20, onehead_train_sequences=8, sticky_eval_size=64
-)
+    aa.Config.quick(), sticky_steps=60, onehead_steps=20, onehead_train_sequences=8, sticky_eval_size=64,
+    manifold_n_inits=3,
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +431,13 @@ def test_a_non_tracking_sticky_arm_a_gives_undecided_end_to_end(smoke: Any) -> N
     assert smoke.summary.startswith("Undecided: a gate failed")
     # the identities hold and are reported as such, not as evidence
     ids = [c for c in smoke.criteria if c.role == "identity"]
-    assert len(ids) == 7 and all(c.passed for c in ids)
+    assert len(ids) == 12 and all(c.passed for c in ids)  # 4 Function checks, 3 frozen-B, 5 read-out identities
+    # the sticky read-out is computed, reported per seed, with its control and the earlier reading beside it
+    assert len(m["sticky_init_spread_readout_per_seed"][0]) == SMOKE.manifold_n_inits
+    assert len(m["sticky_shuffled_readout_per_seed"]) == SMOKE.manifold_n_shuffled == 1
+    assert m["outcome_sticky_residual_signature"] == "undecided"
+    assert m["sticky_planted_in_readout"] >= 1 - 1e-6 and m["sticky_planted_out_value"] <= 1e-6
+    assert "sticky manifold read-out" in smoke.summary
     assert m["bijection_B_qk_change"] == 0.0 and m["sticky_B_qk_change"] == 0.0 and m["onehead_B_qk_change"] == 0.0
     assert smoke.figures
 
@@ -347,18 +473,63 @@ def test_an_ablation_arm_made_equal_to_a_triggers_the_falsifier() -> None:
 
 def test_a_sticky_ablation_arm_made_equal_to_a_reads_as_the_falsifier_in_kl() -> None:
     """Planted effect on the testbed's own training runs (30 steps, small windows): arm D trained with the exact
-    gradient equals A (same init, stream and steps), so its KL ratio is 1 and the KL reading says "falsifier"; the
-    honest zero-gradient arm B differs from A. (The sticky half's signature gate fails at every seed, see
-    docs/audit.md, so the verdict itself cannot be planted end to end there.)"""
+    gradient equals A (same init, stream and steps), so its KL ratio is 1, its read-out is A's and the KL reading
+    says "falsifier"; the honest zero-gradient arm B differs from A. (At 30 steps arm A does not track; the verdict
+    is planted end to end on the quick arm A in ``test_planted_sticky_arms_move_the_verdict``.)"""
     cfg = dataclasses.replace(SMOKE, sticky_length=12, sticky_eval_size=32, sticky_steps=30)
     planted = aa._sticky_seed(cfg, 0, arms={"A": "exact", "B": "zero", "C": "no_baseline", "D": "exact"})
     assert planted["D"]["kl"] == planted["A"]["kl"] and planted["D"]["kl_history"] == planted["A"]["kl_history"]
     assert planted["B"]["kl"] != pytest.approx(planted["A"]["kl"], rel=1e-3)  # the surgery does change training
     runs = {k: [planted[k]] for k in ("init", *aa.ARMS)}
     m = aa._summarise(runs, [planted["floor"]["kl"]], cfg)
+    m.update(aa._manifold_summary([planted], cfg))
     assert m["D_over_A_kl"] == 1.0 and aa._kl_reading(m, cfg) == "falsifier"
+    assert (m["D_readout"], m["D_value"]) == (m["A_readout"], m["A_value"])
     crit = aa._task_criteria("sticky", m, cfg)
-    assert crit["D_ratio_falsifier"].passed
+    assert crit["D_ratio_falsifier"].passed and crit["D_readout_near_A"].passed
+    assert math.isnan(m["shuffled_readout"]) and not crit["shuffled_readout"].passed  # no control run: a gate fails
+
+
+@pytest.fixture(scope="module")
+def sticky_a() -> Any:
+    """The quick testbed's arm A at seed 0 (it tracks and plateaus there) with its init spread and the control."""
+    cfg = aa.Config.quick()
+    return cfg, aa._sticky_seed(cfg, 0, arms={"A": "exact"}, shuffled=True)
+
+
+def _sticky_task(cfg: aa.Config, seed: dict[str, Any], b: dict[str, Any], d: dict[str, Any]) -> Any:
+    """The sticky task's criteria with arms B, C and D planted as the given records (C = D)."""
+    planted = {"B": {**b, "qk_change": 0.0}, "C": {**d, "qk_change": 0.0}, "D": {**d, "qk_change": 0.0}}
+    records = {**seed, **planted}  # planted arms stand in for the surgery's (its frozen-B identity is not read here)
+    runs = {k: [records[k]] for k in ("init", *aa.ARMS)}
+    m = aa._summarise(runs, [seed["floor"]["kl"]], cfg)
+    m.update(aa._manifold_summary([records], cfg))
+    return aa._task_criteria("sticky", m, cfg)
+
+
+@pytest.mark.slow
+def test_planted_sticky_arms_move_the_verdict(sticky_a: Any) -> None:
+    """Planted effects on the testbed's real arm A (quick, seed 0): ablation arms that keep A's model (training with
+    the exact gradient from the same init and stream gives A bitwise) read as the falsifier, REFUTED beside a
+    necessary bijection; arms left at the random init (the manifold lost, KL >= 10x) read as necessary,
+    SUPPORTED; arm A replaced by its untrained init reads UNDECIDED."""
+    cfg, seed = sticky_a
+    necessary_bijection = aa._task_criteria(
+        "bijection", _planted(0.01, 0.5, 0.6, {"init": FLAT, "A": GOOD, "B": FLAT, "D": FLAT}), cfg
+    )
+    keeps = _sticky_task(cfg, seed, seed["A"], seed["A"])
+    assert all(c.passed for c in keeps.values() if c.role == "gate")  # A tracks, plateaus, shows the manifold
+    assert aa._arm_signature(keeps, "B") == "present" and aa._task_outcome(keeps) == "falsifier"
+    assert aa._verdict({"bijection": necessary_bijection, "sticky": keeps}, [])[0] == "REFUTED"
+    loses = _sticky_task(cfg, seed, seed["init"], seed["init"])
+    assert aa._arm_signature(loses, "B") == "absent" and aa._task_outcome(loses) == "necessary"
+    assert aa._verdict({"bijection": necessary_bijection, "sticky": loses}, [])[0] == "SUPPORTED"
+    # the control could fail: its model trained on another window's labels stays near chance, A does not
+    assert seed["shuffled"]["readout"] < 0.675 <= seed["A"]["readout"]
+    untrained_a = {**seed["init"], **{k: seed["A"][k] for k in ("kl_history", "plateau_drop", "plateau_change")}}
+    swapped = _sticky_task(cfg, {**seed, "A": untrained_a}, seed["init"], seed["init"])
+    assert aa._task_outcome(swapped) == "undecided"
+    assert not swapped["A_tracks"].passed and not swapped["A_readout_aligned"].passed
 
 
 # --- the quick run (slow: about two minutes on one thread) ---------------------------------------------------

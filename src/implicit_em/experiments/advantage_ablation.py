@@ -24,8 +24,8 @@ the data stream, the optimiser and the number of steps. Two deciding tasks and o
   0.9, noise 3, T = 32 windows drawn fresh every step from a per-seed stream, labels sampled from the chain): a
   2-layer causal transformer with learned positions and a linear input embedding, whose attention goes through the
   same surgery (:func:`~implicit_em.experiments._ablation.ablated_sticky`); Adam lr 1e-2, warm-up then cosine;
-  held-out KL over every position of 256 independent windows per seed, and the signature of the final residual at
-  every position;
+  held-out KL over every position of 256 independent windows per seed, and ``sticky_manifold``'s manifold
+  read-out (below; the residual signature at every position is reported beside it);
 - reported, not deciding: the companion's literal setting (``sticky_sculpting``'s single head, no positions, no
   residual, no MLP; stay 0.8, noise 3, inputs x / 3, a pool of sequences, Adam), metrics ``onehead_*``. It cannot
   represent the filter (its output at t depends on x_t and the unordered set of the earlier inputs, while the filter
@@ -38,9 +38,34 @@ initialisation the scores are near zero, so arm B's frozen attention is near-uni
 the bijection. So this task tests whether the advantage is *necessary*, not whether routing helps. The sticky head
 has no residual: without trained scores it cannot even single out x_t.
 
-Signature (:func:`implicit_em.experiments._manifold.value_manifold_signature`): PC1 share and |Spearman ρ| of the
-PC1 coordinate with the Bayes entropy. Control: the same model at its random initialisation (identical for every
-arm of a seed); a signature the untrained model already shows is not credited to training.
+Signature, bijection (:func:`implicit_em.experiments._manifold.value_manifold_signature`): PC1 share and |Spearman
+ρ| of the PC1 coordinate with the Bayes entropy. Control: the same model at its random initialisation (identical
+for every arm of a seed); a signature the untrained model already shows is not credited to training.
+
+Signature, sticky chain (issue 25, declared before its deciding runs; until then the sticky half read the
+bijection's signature, which arm A never showed there, see below): ``sticky_manifold``'s manifold read-out on the
+same testbed, its measures imported unchanged (:mod:`implicit_em.experiments._sticky_manifold`). The manifold basis
+is the span of the centred symbol means μ_s − μ̄ (rank 7 in R^20): everything x_t says about the hidden symbol lies
+in it, and the exact Bayes predictive reads each x_j only through x_j · μ_s. Two subspaces of input space, each
+compared with it by the mean cos² of their 7 principal angles (1 nested, 0 orthogonal, 7/20 = 0.35 for a random
+subspace): the *context read-out*, the top-7 right singular subspace of the class-centred logit Jacobians
+∂z̃_t/∂x_j over the earlier inputs j < t at the query positions t = 7, 15, 23, 31
+(:func:`~implicit_em.experiments._sticky_manifold.context_readout_subspace`; the Bayes filter scores 1), and the
+*value PCs*, the principal 7-subspace of the first attention layer's values pulled back through their mean
+Jacobian (:func:`~implicit_em.experiments._sticky_manifold.transformer_value_subspace`). Both are read on the
+model's own function: the Jacobians go through an exact-gradient copy of an ablated arm (the forward is the same
+in every mode; through arm B's own backward the read-out would see no score path). An arm *shows the manifold*
+when, on the means over seeds and on both measures, it is **aligned** (mean cos² >= 0.35 + 0.5 (1 − 0.35) = 0.675,
+``sticky_manifold``'s bar, ``manifold_margin_fraction``) and **beyond its init** (the mean over seeds of its gain
+over its seed's own random init > ``manifold_sigmas`` (2, ``sticky_manifold``'s "> 2σ") × σ_init, the sd of the
+measure over ``manifold_n_inits`` (8) further random inits per seed, measured untrained: one trained model per seed
+gives no paired spread of its own, so the σ is the random-initialization baseline's). Controls that can fail, as
+``sticky_manifold``'s: the init spread above, and the other-window-label model (gates): ``manifold_n_shuffled`` (1)
+model from the first seed's init, trained with the exact gradient on the same input stream with every window's
+labels taken from another window of its batch (``sticky_manifold._ShuffledLabels``: the chain's law kept, the link
+to x gone) must stay under the aligned bar on both measures, else the read-out cannot tell the manifold from
+training. Identities (reported, a failure raises): planted models whose input embedding reads only span(μ) score 1
+on both measures and its complement 0 (float32, 1e-6), the exact Bayes filter's read-out 1 (float64, 1e-9).
 
 Sizes changed after a number was seen: the first quick sticky run (8 training sequences of T = 80, 200 steps)
 ended with arm A at 13.3 bits held-out KL (memorised; random init 1.04), so the pool was enlarged to 32
@@ -58,12 +83,15 @@ Verdict rule (thresholds in ``Config``, fixed before the first run; spreads over
   ``learned_fraction`` (0.1) × the exact no-context KL of that seed's held-out set (bijection: the uniform predictor;
   sticky: p(y_t | x_t)); it has plateaued, the mean held-out KL over the last fifth of the checkpoints is at most
   ``plateau_tol`` (0.25) × that tracking bar below the mean over the fifth before
-  (:func:`implicit_em.windtunnel.sticky.plateau_drop`); and it shows the signature (means over seeds). A failed
+  (:func:`implicit_em.windtunnel.sticky.plateau_drop`); and it shows the task's signature (means over seeds); on
+  the sticky chain the other-window-label control stays under the aligned bar on both measures. A failed
   gate on either task makes the verdict UNDECIDED (:func:`~implicit_em.experiments._base.gated`): the claim is
   about the sticky chain and the bijection is its check, so the audit decides only when both testbeds can;
-- arm X *shows the signature* if pc1_X >= pc1_init + ``sig_margin`` and |ρ|_X >= max(``rho_min``,
+- bijection: arm X *shows the signature* if pc1_X >= pc1_init + ``sig_margin`` and |ρ|_X >= max(``rho_min``,
   |ρ|_init + ``sig_margin``); for B and D "present" also requires pc1_X >= pc1_A − ``sig_margin`` and
   |ρ|_X >= |ρ|_A − ``sig_margin``;
+- sticky chain: arm X *shows the manifold* as defined above (both measures aligned and beyond the init); for B and
+  D "present" also requires each measure >= A's − ``sig_margin`` (the same "near A" as the bijection's);
 - *necessary* on a task: KL_B / KL_A >= ``ratio_necessary`` (10, the issue) and KL_D / KL_A >= 10 (means over
   seeds), and neither B nor D shows the signature;
 - *falsifier holds* on a task: B or D has KL within ``ratio_falsifier`` (2, the issue) of KL_A with the signature
@@ -86,8 +114,17 @@ lr 1e-2 cosine, held-out KL at 20 checkpoints; chosen on A's KL and last-fifth d
 0.010, 0.037, 0.010 bits (bar 0.111), but seed 101's last fifth still fell by 0.027 bits, at the 0.028 plateau
 allowance; 4,000 steps end at 0.006 (seed 100). So 3,000 steps: about 14 ms a step on a loaded core, 3 minutes per
 seed for the four arms. The sticky testbed's pilot is :data:`implicit_em.windtunnel.sticky.PILOT`.
+
+The sticky signature's change (issue 25, after the deciding runs at aae28e4 and before any with the read-out): at
+quick seeds 0-4 and full (seeds 0-4 in one run) arm A tracked and plateaued on the testbed at every seed, but its
+final residual had no entropy-ordered PC1 (|ρ| 0.015-0.077 against 0.5), so the signature gate failed at every
+seed: the sticky half was undecided by construction of the measurement. The read-out above replaces it as the sticky
+half's signature; the bijection's signature, the KL ratios, the gates and every threshold are unchanged, and the
+thresholds of the read-out are ``sticky_manifold``'s declared ones. The earlier reading is still computed and
+reported (``outcome_sticky_residual_signature``). Pilot for its cost (:data:`MANIFOLD_PILOT`).
 """
 
+import copy
 import dataclasses
 import math
 import time
@@ -99,6 +136,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from implicit_em.experiments._ablation import (
+    AblatedStickyAttention,
     Mode,
     ablated_sticky,
     ablated_transformer,
@@ -122,19 +160,48 @@ from implicit_em.experiments._base import (
     pyplot,
     torch_threads,
 )
-from implicit_em.experiments._manifold import value_manifold_signature
+from implicit_em.experiments._manifold import mean_cos2, random_mean_cos2, value_manifold_signature
+from implicit_em.experiments._sticky_manifold import (
+    context_readout_subspace,
+    planted_testbed_model,
+    symbol_mean_basis,
+    transformer_scores,
+)
+from implicit_em.experiments.sticky_manifold import Config as StickyManifoldConfig
+from implicit_em.experiments.sticky_manifold import _shuffled
 from implicit_em.experiments.sticky_sculpting import _stack_inits, no_context_posterior
 from implicit_em.windtunnel.metrics import entropy_bits, evaluate_predictions, kl_bits
-from implicit_em.windtunnel.sticky import StickyBatch, StickyTestbed, fit, plateau_change, plateau_drop
+from implicit_em.windtunnel.sticky import (
+    StickyBatch,
+    StickyTestbed,
+    fit,
+    forward_filter,
+    plateau_change,
+    plateau_drop,
+)
 from implicit_em.windtunnel.tasks import BijectionTask, StickyMarkovTask
 from implicit_em.windtunnel.train import windtunnel_loss
 
-__all__ = ["EXPERIMENT", "Config", "gradient_checks", "run"]
+__all__ = ["EXPERIMENT", "MANIFOLD_PILOT", "Config", "gradient_checks", "run"]
+
+MANIFOLD_PILOT = (
+    "Arm A only (exact gradient), pilot seed 100 (disjoint from the deciding seeds 0-4), quick testbed (2,000 steps), "
+    "before any deciding run with the read-out; chosen on cost alone "
+    "(benchmarks/advantage_ablation_manifold_pilot.py quick 100 8): one read-out (both measures, 256 held-out "
+    "windows, 4 query positions) takes about 1.1-1.3 s on a core, so 8 extra random inits per seed cost about 11 s "
+    "and the other-window-label model one more fit (about 39 s quick); arm A's fit took 39 s. Seen: the seed's init "
+    "0.307 (read-out) / 0.383 (value PCs), the 8 extra inits 0.31-0.50 / 0.31-0.45 (sd 0.060 / 0.047), arm A "
+    "0.999 / 0.999 (KL / no-context 0.058). No ablation arm and no control was trained; no threshold was set on "
+    "these numbers (the bars are sticky_manifold's)."
+)
 
 ARMS: dict[str, Mode] = {"A": "exact", "B": "zero", "C": "no_baseline", "D": "permuted"}
 LABELS = {"A": "A exact", "B": "B zero", "C": "C no baseline", "D": "D permuted"}
 TASKS = ("bijection", "sticky")  # the deciding tasks; "onehead" (the companion's literal head) is reported
 ONEHEAD = "onehead"
+MEASURES = ("readout", "value")  # sticky_manifold's two subspace measures (the sticky half's signature)
+SIGNATURE = {"bijection": "residual", "sticky": "subspace"}  # which signature each deciding task reads
+_SM = StickyManifoldConfig()  # sticky_manifold's declared read-out settings and bars, reused unchanged
 
 
 @dataclass(frozen=True)
@@ -182,6 +249,15 @@ class Config:
     rho_min: float = 0.5  # "orders by posterior entropy" (arXiv 2512.22471): |Spearman ρ| at least 0.5
     sig_margin: float = 0.1  # above the random init, and how far below arm A still counts as present
     grad_tol: float = 1e-12  # float64 round-off for the Function's gradient checks
+    # the sticky half's manifold read-out (issue 25, declared before its deciding runs): sticky_manifold's measures,
+    # its query positions and its bars, unchanged (module docstring)
+    manifold_query_every: int = _SM.testbed_query_every  # context read-out queries t = 7, 15, 23, 31 of T = 32
+    manifold_n_inits: int = 8  # extra random inits per seed (measured, not trained): the init spread σ_init
+    manifold_sigmas: float = _SM.sigmas  # beyond init: mean paired gain over the seeds' own inits > 2 σ_init
+    manifold_margin_fraction: float = _SM.margin_fraction  # aligned: >= chance + 0.5 (1 - chance) = 0.675
+    manifold_n_shuffled: int = 1  # other-window-label control models (exact gradient), from the first seeds
+    manifold_planted_tol: float = _SM.testbed_planted_tol  # planted float32 models score 1 or 0 up to this
+    manifold_bayes_tol: float = _SM.planted_tol  # the exact Bayes filter's read-out scores 1 (float64)
 
     @classmethod
     def quick(cls) -> "Config":
@@ -196,7 +272,8 @@ class Config:
 
         Budget (one thread, loaded machine): a bijection step at V = 20, 2 layers, d_model 32 costs about 14 ms
         (pilot), a sticky-testbed step about 15 ms, so a seed's 4 + 4 arms take about 6 minutes and the five seeds
-        about 30. The bijection's steps were set on arm A's pilot alone (seeds 100-102, module docstring)."""
+        about 30. The bijection's steps were set on arm A's pilot alone (seeds 100-102, module docstring). The
+        sticky read-out adds about 17 s a seed (13 read-outs) and one control fit (:data:`MANIFOLD_PILOT`)."""
         return cls(
             n_seeds=5, n_symbols=20, n_layers=2, steps=3000, batch_size=64, warmup_steps=50, eval_size=512,
             n_checkpoints=30, sticky_steps=3000, onehead_length=100, onehead_train_sequences=48, onehead_heldout=4,
@@ -212,6 +289,10 @@ class Config:
             plateau_window=self.plateau_window, plateau_tol=self.plateau_tol,
             eval_every=max(1, self.sticky_steps // 40),
         )  # fmt: skip
+
+    def queries(self) -> list[int]:
+        """The context read-out's query positions (each reads every earlier position), as ``sticky_manifold``."""
+        return list(range(self.manifold_query_every - 1, self.sticky_length, self.manifold_query_every))
 
 
 # ------------------------------------------------------------------------------------------- gradient checks
@@ -334,34 +415,89 @@ def _history_record(history: list[float], final_loss: float, cfg: Config) -> dic
 
 
 @torch.no_grad()
-def _sticky_measure(tb: StickyTestbed, model: torch.nn.Module, held: StickyBatch) -> dict[str, float]:
-    """Held-out KL (bits) and the signature of the final residual at every held-out position."""
+def _sticky_measure(
+    tb: StickyTestbed, model: torch.nn.Module, held: StickyBatch, basis: Tensor, queries: list[int]
+) -> dict[str, float]:
+    """Held-out KL (bits), the residual signature of the final residual at every held-out position (reported), and
+    ``sticky_manifold``'s two subspace scores (the sticky half's signature), read on the model's own function."""
     model.eval()
     p = torch.softmax(model(held.x).double(), dim=-1)
     residual = model.residual(held.x)  # type: ignore[operator]  # (B, T, D)
     model.train()
     sig = value_manifold_signature(residual.reshape(-1, residual.shape[-1]), entropy_bits(held.posterior).reshape(-1))
-    return {"kl": float(kl_bits(held.posterior, p).mean()), **sig}
+    with torch.enable_grad():
+        scores = transformer_scores(_exact_copy(model), basis, held.x, queries)
+    return {"kl": float(kl_bits(held.posterior, p).mean()), **sig, **scores}
 
 
-def _sticky_seed(cfg: Config, seed: int, arms: dict[str, Mode] | None = None) -> dict[str, dict[str, Any]]:
-    """The random init and the arms on the testbed for one seed: the same init, stream and held-out windows."""
+def _exact_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``model`` whose attention backward is the exact gradient. The forward is the same in every mode, so
+    the copy is the same function; the context read-out differentiates the logits by the inputs, and through an
+    ablated arm's own backward it would read the surgery's Jacobian (for B, none through the scores), not the
+    model's."""
+    exact = copy.deepcopy(model)
+    for m in exact.modules():
+        if isinstance(m, AblatedStickyAttention):
+            m.mode, m.perm = "exact", None
+    return exact
+
+
+def _spread_seed(seed: int, j: int) -> int:
+    """The j-th extra random init of ``seed`` (the init spread): disjoint from every deciding and pilot seed's own."""
+    return 60_000 + 100 * seed + j
+
+
+def _sticky_seed(cfg: Config, seed: int, arms: dict[str, Mode] | None = None, shuffled: bool = False) -> dict[str, Any]:
+    """The random init and the arms on the testbed for one seed: the same init, stream and held-out windows; the
+    init spread (``manifold_n_inits`` extra random inits, measured untrained); with ``shuffled`` the
+    other-window-label control (the seed's init, the exact gradient, the same input stream, ``sticky_manifold``'s
+    labels of another window of the batch)."""
     tb = cfg.testbed()
     held = tb.eval_batch(seed)
-    out: dict[str, dict[str, Any]] = {}
+    basis, queries = symbol_mean_basis(tb.means), cfg.queries()
+    out: dict[str, Any] = {}
     for arm, mode in (ARMS if arms is None else arms).items():
         model = ablated_sticky(tb.model(seed), mode, perm_seed=40_000 + seed)
         if arm == "A":
-            out["init"] = _sticky_measure(tb, model, held)
+            out["init"] = _sticky_measure(tb, model, held, basis, queries)
         qk0 = sticky_query_key_weights(model)
         result = fit(tb, model, seed, eval_batch=held)
-        out[arm] = _sticky_measure(tb, model, held)
+        out[arm] = _sticky_measure(tb, model, held, basis, queries)
         out[arm].update(_history_record(result.kl_history, result.final_loss, cfg))
         out[arm]["wall_s"] = result.wall_s
         qk = sticky_query_key_weights(model)
         out[arm]["qk_change"] = max(float((a - b).abs().max()) for a, b in zip(qk, qk0, strict=True))
     out["floor"] = {"kl": tb.no_context_kl_bits(held)}
+    out["init_spread"] = [
+        transformer_scores(tb.model(_spread_seed(seed, j)), basis, held.x, queries) for j in range(cfg.manifold_n_inits)
+    ]
+    if shuffled:
+        model = tb.model(seed)
+        result = fit(_shuffled(tb, 50_000 + seed), model, seed, eval_batch=held)
+        out["shuffled"] = {
+            "kl": result.kl_history[-1], "wall_s": result.wall_s, **transformer_scores(model, basis, held.x, queries)
+        }  # fmt: skip
     return out
+
+
+def _manifold_checks(cfg: Config) -> dict[str, float]:
+    """The read-out's identities at the first seed (``sticky_manifold``'s): the seed's init with its input embedding
+    planted to read only the mean span (both measures 1) or only its complement (0), float32; the exact Bayes
+    filter's context read-out (1, float64)."""
+    tb = cfg.testbed()
+    held = tb.eval_batch(cfg.seed)
+    basis, queries = symbol_mean_basis(tb.means), cfg.queries()
+    m: dict[str, float] = {}
+    for name, inside in (("in", True), ("out", False)):
+        planted = transformer_scores(planted_testbed_model(tb.model(cfg.seed), basis, inside), basis, held.x, queries)
+        m[f"planted_{name}_readout"], m[f"planted_{name}_value"] = planted["readout"], planted["value"]
+
+    def bayes(x: Tensor) -> Tensor:  # the exact log-predictive, differentiable in x (float64)
+        return (forward_filter(tb.log_likelihood(x), tb.transition) @ tb.transition).log()
+
+    readout = context_readout_subspace(bayes, held.x.double(), queries, basis.shape[1])
+    m["bayes_readout"] = mean_cos2(readout, basis)
+    return m
 
 
 # ------------------------------------------------------------------------- the companion's one head (reported)
@@ -457,8 +593,81 @@ def _summarise(runs: dict[str, list[dict[str, Any]]], floors: list[float], cfg: 
     return m
 
 
-def _task_criteria(task: str, m: dict[str, float], cfg: Config) -> dict[str, Criterion]:
-    """The comparisons one task's decision reads (module docstring), by name; the gates have role "gate"."""
+def _manifold_summary(seeds: list[dict[str, Any]], cfg: Config) -> dict[str, float]:
+    """The sticky half's read-out over the seeds: each name's mean and sd of both measures, the init spread (sd over
+    every extra random init of every seed), each arm's mean paired gain over its seed's own init (and the sd of
+    that gain over the seeds, reported), the shuffled-label control's mean, chance and the aligned bar."""
+    tb = cfg.testbed()
+    chance = random_mean_cos2(tb.n_features, tb.n_symbols - 1, tb.n_symbols - 1)
+    m: dict[str, float] = {
+        "chance": chance, "aligned_threshold": chance + cfg.manifold_margin_fraction * (1.0 - chance),
+        "n_shuffled": float(sum("shuffled" in s for s in seeds)),
+    }  # fmt: skip
+    for x in MEASURES:
+        for name in ("init", *ARMS, "shuffled"):
+            recs = [s[name] for s in seeds if name in s]
+            m[f"{name}_{x}"] = _mean(recs, x) if recs else math.nan  # no control model: its gate cannot pass
+            m[f"{name}_{x}_sd"] = _sd(recs, x) if recs else math.nan
+        spread = [r for s in seeds for r in s["init_spread"]]
+        m[f"init_spread_{x}_mean"] = _mean(spread, x) if spread else math.nan
+        m[f"init_spread_{x}_sd"] = _sd(spread, x) if len(spread) > 1 else math.nan
+        for arm in ARMS:
+            gains = [{"d": s[arm][x] - s["init"][x]} for s in seeds]
+            m[f"{arm}_{x}_gain"], m[f"{arm}_{x}_gain_sd"] = _mean(gains, "d"), _sd(gains, "d")
+    return m
+
+
+def _signature_criteria(task: str, m: dict[str, float], cfg: Config, signature: str) -> dict[str, Criterion]:
+    """The signature's criteria (module docstring): arm A's as gates, B's and D's as criteria, and for the
+    subspace signature the shuffled-label control's gates. ``residual``: PC1 share and |ρ| above the init, B and D
+    near A; ``subspace``: both of ``sticky_manifold``'s measures aligned and beyond the init spread, B and D near A."""
+    c: dict[str, Criterion] = {}
+    if signature == "residual":
+        for arm in ("A", "B", "D"):
+            make = gate if arm == "A" else criterion  # A must show what the ablations are to lose
+            c[f"{arm}_pc1_over_init"] = make(
+                f"{task}: PC1 share {arm} (above init)", m[f"{arm}_pc1"], ">=", m["init_pc1"] + cfg.sig_margin
+            )
+            c[f"{arm}_rho"] = make(
+                f"{task}: |ρ| {arm} (orders by entropy, above init)", m[f"{arm}_spearman_abs"], ">=",
+                max(cfg.rho_min, m["init_spearman_abs"] + cfg.sig_margin),
+            )  # fmt: skip
+        for arm in ("B", "D"):
+            c[f"{arm}_pc1_near_A"] = criterion(
+                f"{task}: PC1 share {arm} (near A)", m[f"{arm}_pc1"], ">=", m["A_pc1"] - cfg.sig_margin
+            )
+            c[f"{arm}_rho_near_A"] = criterion(
+                f"{task}: |ρ| {arm} (near A)", m[f"{arm}_spearman_abs"], ">=", m["A_spearman_abs"] - cfg.sig_margin
+            )
+        return c
+    thr = m["aligned_threshold"]
+    labels = {"readout": "context read-out", "value": "value PCs"}
+    for arm in ("A", "B", "D"):
+        make = gate if arm == "A" else criterion  # A must show the manifold the ablations are to keep or lose
+        for x in MEASURES:
+            c[f"{arm}_{x}_aligned"] = make(
+                f"{task}: mean cos² to span(μ) {arm} ({labels[x]}), aligned", m[f"{arm}_{x}"], ">=", thr
+            )
+            c[f"{arm}_{x}_over_init"] = make(
+                f"{task}: mean paired gain {arm} - init ({labels[x]}), > {cfg.manifold_sigmas:g} σ of the random inits",
+                m[f"{arm}_{x}_gain"], ">", cfg.manifold_sigmas * m[f"init_spread_{x}_sd"],
+            )  # fmt: skip
+    for arm in ("B", "D"):
+        for x in MEASURES:
+            c[f"{arm}_{x}_near_A"] = criterion(
+                f"{task}: mean cos² {arm} ({labels[x]}, near A)", m[f"{arm}_{x}"], ">=", m[f"A_{x}"] - cfg.sig_margin
+            )
+    for x in MEASURES:
+        c[f"shuffled_{x}"] = gate(
+            f"{task}: other-window labels, mean cos² ({labels[x]}), under the aligned bar", m[f"shuffled_{x}"], "<", thr
+        )
+    return c
+
+
+def _task_criteria(task: str, m: dict[str, float], cfg: Config, signature: str | None = None) -> dict[str, Criterion]:
+    """The comparisons one task's decision reads (module docstring), by name; the gates have role "gate".
+
+    ``signature`` defaults to the task's (:data:`SIGNATURE`; ``residual`` for a task not named there)."""
     c = {
         "A_tracks": gate(
             f"{task}: max over seeds of KL_A / no-context KL (every seed tracks)", m["A_track_ratio_max"], "<=",
@@ -469,22 +678,8 @@ def _task_criteria(task: str, m: dict[str, float], cfg: Config) -> dict[str, Cri
             m["A_plateau_in_bars_max"], "<=", 1.0,
         ),
     }  # fmt: skip
-    for arm in ("A", "B", "D"):
-        make = gate if arm == "A" else criterion  # A must show what the ablations are to lose
-        c[f"{arm}_pc1_over_init"] = make(
-            f"{task}: PC1 share {arm} (above init)", m[f"{arm}_pc1"], ">=", m["init_pc1"] + cfg.sig_margin
-        )
-        c[f"{arm}_rho"] = make(
-            f"{task}: |ρ| {arm} (orders by entropy, above init)", m[f"{arm}_spearman_abs"], ">=",
-            max(cfg.rho_min, m["init_spearman_abs"] + cfg.sig_margin),
-        )  # fmt: skip
+    c.update(_signature_criteria(task, m, cfg, signature or SIGNATURE.get(task, "residual")))
     for arm in ("B", "D"):
-        c[f"{arm}_pc1_near_A"] = criterion(
-            f"{task}: PC1 share {arm} (near A)", m[f"{arm}_pc1"], ">=", m["A_pc1"] - cfg.sig_margin
-        )
-        c[f"{arm}_rho_near_A"] = criterion(
-            f"{task}: |ρ| {arm} (near A)", m[f"{arm}_spearman_abs"], ">=", m["A_spearman_abs"] - cfg.sig_margin
-        )
         c[f"{arm}_ratio_necessary"] = criterion(
             f"{task}: KL_{arm} / KL_A (>= necessary)", m[f"{arm}_over_A_kl"], ">=", cfg.ratio_necessary
         )
@@ -495,14 +690,28 @@ def _task_criteria(task: str, m: dict[str, float], cfg: Config) -> dict[str, Cri
     return c
 
 
+def _signature_parts(c: dict[str, Criterion]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The criterion suffixes that make an arm *show* the signature, and those that make it *near A*."""
+    if "A_rho" in c:  # the residual signature (PC1 share, |ρ|)
+        return ("pc1_over_init", "rho"), ("pc1_near_A", "rho_near_A")
+    shows = tuple(f"{x}_{part}" for x in MEASURES for part in ("aligned", "over_init"))
+    return shows, tuple(f"{x}_near_A" for x in MEASURES)
+
+
+def _arm_signature(c: dict[str, Criterion], arm: str) -> str:
+    """'present' (shows the signature and, for B and D, is near A), 'shows' (beyond the init, not near A) or
+    'absent'."""
+    shows_parts, near_parts = _signature_parts(c)
+    if not all(c[f"{arm}_{part}"].passed for part in shows_parts):
+        return "absent"
+    return "present" if arm == "A" or all(c[f"{arm}_{part}"].passed for part in near_parts) else "shows"
+
+
 def _task_outcome(c: dict[str, Criterion]) -> str:
     """'undecided' (a gate failed), 'necessary', 'falsifier' or 'between' for one task."""
 
-    def shows(arm: str) -> bool:
-        return c[f"{arm}_pc1_over_init"].passed and c[f"{arm}_rho"].passed
-
     def present(arm: str) -> bool:
-        return shows(arm) and c[f"{arm}_pc1_near_A"].passed and c[f"{arm}_rho_near_A"].passed
+        return _arm_signature(c, arm) == "present"
 
     if not all(x.passed for x in c.values() if x.role == "gate"):
         return "undecided"
@@ -561,12 +770,35 @@ def _describe(task: str, m: dict[str, float], outcome: str) -> str:
     )
 
 
+def _manifold_line(m: dict[str, float], c: dict[str, Criterion], outcome: str) -> str:
+    """The sticky half's signature: ``sticky_manifold``'s two measures per arm (mean over seeds)."""
+    arms = "; ".join(
+        f"{LABELS[a]} {m[f'{a}_readout']:.3f} / {m[f'{a}_value']:.3f}"
+        + (f" ({_arm_signature(c, a)})" if a in ("A", "B", "D") else "")
+        for a in ARMS
+    )
+    return (
+        f"sticky manifold read-out [{outcome}] (sticky_manifold's measures, mean cos² of the principal angles to the "
+        f"span of the centred symbol means, context read-out / value PCs, means over seeds; aligned at >= "
+        f"{m['aligned_threshold']:.3f}, chance {m['chance']:.2f}): random init {m['init_readout']:.3f} / "
+        f"{m['init_value']:.3f} (sd over the extra random inits {m['init_spread_readout_sd']:.3f} / "
+        f"{m['init_spread_value_sd']:.3f}); {arms}; other-window labels (control, {m['n_shuffled']:.0f} model(s)) "
+        f"{m['shuffled_readout']:.3f} / {m['shuffled_value']:.3f}"
+    )
+
+
 def _figure(
-    ctx: Context, results: dict[str, dict[str, float]], runs: dict[str, dict[str, list[dict[str, Any]]]]
+    ctx: Context,
+    results: dict[str, dict[str, float]],
+    runs: dict[str, dict[str, list[dict[str, Any]]]],
+    sticky_seeds: list[dict[str, Any]],
 ) -> str:
     plt = pyplot()
     rows = (*TASKS, ONEHEAD)
-    fig, axes = plt.subplots(len(rows), 3, figsize=(15, 4 * len(rows)))
+    fig, axes = plt.subplots(len(rows), 4, figsize=(20, 4 * len(rows)))
+    _manifold_panel(axes[1, 3], results["sticky"], runs["sticky"], sticky_seeds)  # row 1: the sticky testbed
+    axes[0, 3].axis("off")
+    axes[2, 3].axis("off")
     names = ["init", *ARMS]
     titles = {"bijection": "bijection", "sticky": "sticky testbed", ONEHEAD: "one head (cannot represent the filter)"}
     for row, task in enumerate(rows):
@@ -606,6 +838,42 @@ def _figure(
     return ctx.save_figure(fig, "advantage_ablation", dpi=100)
 
 
+def _manifold_panel(
+    ax: Any, m: dict[str, float], runs: dict[str, list[dict[str, Any]]], seeds: list[dict[str, Any]]
+) -> None:
+    """The sticky half's signature: both of sticky_manifold's measures per seed and arm, the extra random inits and
+    the other-window-label control, against the aligned bar."""
+    spread = [r for s in seeds for r in s["init_spread"]]
+    ax.plot([r["readout"] for r in spread], [r["value"] for r in spread], ".", color="0.6", label="extra random inits")
+    for i, name in enumerate(("init", *ARMS)):
+        ax.plot([r["readout"] for r in runs[name]], [r["value"] for r in runs[name]], "o", color=f"C{i}", alpha=0.8,
+                label="random init" if name == "init" else LABELS[name])  # fmt: skip
+    shuffled = [s["shuffled"] for s in seeds if "shuffled" in s]
+    ax.plot([r["readout"] for r in shuffled], [r["value"] for r in shuffled], "kx", label="other-window labels")
+    ax.axvline(m["aligned_threshold"], color="k", alpha=0.4, lw=2)
+    ax.axhline(m["aligned_threshold"], color="k", alpha=0.4, lw=2, label=f"aligned ({m['aligned_threshold']:.3f})")
+    ax.set(xlim=(0, 1.05), ylim=(0, 1.05), xlabel="context read-out: mean cos² to span(μ)",
+           ylabel="value PCs (layer 1, pulled back): mean cos² to span(μ)",
+           title="sticky testbed: manifold read-out (sticky_manifold's)")  # fmt: skip
+    ax.legend(fontsize=7)
+
+
+def _manifold_identities(checks: dict[str, float], cfg: Config) -> list[Criterion]:
+    tol = cfg.manifold_planted_tol
+    return [
+        identity("sticky: planted model reading span(μ), mean cos² (context read-out)", checks["planted_in_readout"],
+                 ">=", 1 - tol),
+        identity("sticky: planted model reading span(μ), mean cos² (value PCs)", checks["planted_in_value"], ">=",
+                 1 - tol),
+        identity("sticky: planted model reading its complement, mean cos² (context read-out)",
+                 checks["planted_out_readout"], "<=", tol),
+        identity("sticky: planted model reading its complement, mean cos² (value PCs)", checks["planted_out_value"],
+                 "<=", tol),
+        identity("sticky: the exact Bayes filter's context read-out, mean cos²", checks["bayes_readout"], ">=",
+                 1 - cfg.manifold_bayes_tol),
+    ]  # fmt: skip
+
+
 def run(cfg: Config, ctx: Context) -> Result:
     with torch_threads(1):
         return _run(cfg, ctx)
@@ -615,14 +883,16 @@ def _run(cfg: Config, ctx: Context) -> Result:
     start = time.perf_counter()
     checks = gradient_checks(cfg.seed)
     seeds = [cfg.seed + i for i in range(cfg.n_seeds)]
-    per_seed = {"bijection": [_bijection_seed(cfg, s) for s in seeds]}
+    per_seed: dict[str, list[dict[str, Any]]] = {"bijection": [_bijection_seed(cfg, s) for s in seeds]}
     t_bij = time.perf_counter() - start
-    per_seed["sticky"] = [_sticky_seed(cfg, s) for s in seeds]
+    per_seed["sticky"] = [_sticky_seed(cfg, s, shuffled=i < cfg.manifold_n_shuffled) for i, s in enumerate(seeds)]
+    manifold_checks = _manifold_checks(cfg)
     t_sticky = time.perf_counter() - start - t_bij
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         t: {name: [s[name] for s in per_seed[t]] for name in ("init", *ARMS)} for t in TASKS
     }
     results = {t: _summarise(runs[t], [s["floor"]["kl"] for s in per_seed[t]], cfg) for t in TASKS}
+    results["sticky"].update(_manifold_summary(per_seed["sticky"], cfg))
     runs[ONEHEAD], onehead_floor = _onehead_all(cfg)
     results[ONEHEAD] = _summarise(runs[ONEHEAD], [onehead_floor] * cfg.n_seeds, cfg)
     task_criteria = {task: _task_criteria(task, results[task], cfg) for task in TASKS}
@@ -630,14 +900,18 @@ def _run(cfg: Config, ctx: Context) -> Result:
     identities.append(
         identity(f"{ONEHEAD}: max |Δ W_Q, W_K| of arm B (surgery control)", results[ONEHEAD]["B_qk_change"], "==", 0.0)
     )
+    identities += _manifold_identities(manifold_checks, cfg)
     verdict, outcomes = _verdict(task_criteria, identities)
+    # the sticky half read by the earlier issue-25 rule (the residual signature), reported beside the outcome
+    residual_sticky = _task_criteria("sticky", results["sticky"], cfg, signature="residual")
     onehead_tracks = results[ONEHEAD]["A_kl"] <= cfg.learned_fraction * onehead_floor
     lines = ". ".join(_describe(t, results[t], outcomes[t]) for t in TASKS)
+    lines += ". " + _manifold_line(results["sticky"], task_criteria["sticky"], outcomes["sticky"])
     onehead_line = _describe("one head, reported (cannot represent the filter)", results[ONEHEAD], "not deciding")
     failed = [c.metric for tc in task_criteria.values() for c in tc.values() if c.role == "gate" and not c.passed]
     head = {
         "REFUTED": "The falsifier holds: without the advantage term (B zero or D permuted) the posterior error comes "
-        f"within {cfg.ratio_falsifier:g}× of the exact gradient's with the value-manifold signature present",
+        f"within {cfg.ratio_falsifier:g}× of the exact gradient's with the task's manifold signature present",
         "SUPPORTED": f"The advantage term is necessary on both tasks: B and D end >= {cfg.ratio_necessary:g}× worse in "
         "KL and lack the signature that A has",
         "PARTIAL": "Arm A tracks and has plateaued on both tasks, and neither the necessity rule nor the falsifier is "
@@ -649,6 +923,15 @@ def _run(cfg: Config, ctx: Context) -> Result:
     metrics.update({f"outcome_{t}": outcomes[t] for t in TASKS})
     metrics.update({f"kl_reading_{t}": _kl_reading(results[t], cfg) for t in (*TASKS, ONEHEAD)})
     metrics["onehead_A_tracks"] = "yes" if onehead_tracks else "no"
+    metrics["outcome_sticky_residual_signature"] = _task_outcome(residual_sticky)  # the earlier rule's reading
+    metrics.update({f"sticky_{a}_manifold": _arm_signature(task_criteria["sticky"], a) for a in ("A", "B", "D")})
+    metrics.update({f"sticky_{k}": v for k, v in manifold_checks.items()})
+    for x in MEASURES:
+        for name in ("init", *ARMS):
+            metrics[f"sticky_{name}_{x}_per_seed"] = [r[x] for r in runs["sticky"][name]]
+        metrics[f"sticky_init_spread_{x}_per_seed"] = [[r[x] for r in s["init_spread"]] for s in per_seed["sticky"]]
+        metrics[f"sticky_shuffled_{x}_per_seed"] = [s["shuffled"][x] for s in per_seed["sticky"] if "shuffled" in s]
+    metrics["sticky_shuffled_kl_per_seed"] = [s["shuffled"]["kl"] for s in per_seed["sticky"] if "shuffled" in s]
     metrics.update({f"check_{k}": v for k, v in checks.items()})
     for t in (*TASKS, ONEHEAD):
         for name in ("init", *ARMS):
@@ -683,11 +966,17 @@ def _run(cfg: Config, ctx: Context) -> Result:
         f"{tb.noise:g}, T = {tb.length}, {tb.n_layers}-layer transformer with learned positions (d_model "
         f"{tb.d_model}, {tb.n_heads} heads), labels sampled from the chain, a fresh batch of {tb.batch_size} windows "
         f"each step, Adam lr {tb.lr:g} warm-up {tb.warmup_steps} then {tb.schedule}, {tb.steps} steps, "
-        f"{tb.eval_size} held-out windows per seed; signature of the final residual at every position. Gates on arm "
+        f"{tb.eval_size} held-out windows per seed. Gates on arm "
         f"A at every seed: KL <= {cfg.learned_fraction:g} × no-context; the mean KL over the last "
         f"{cfg.plateau_window:g} of the checkpoints at most {cfg.plateau_tol:g} × that bar below the window before; "
-        f"the signature (PC1 >= init + {cfg.sig_margin:g}, |ρ| >= max({cfg.rho_min:g}, init + {cfg.sig_margin:g})). "
-        f"Outcomes: {outcomes}; what the KL ratios alone say (not deciding): "
+        f"and on the seed means, the task's signature. Bijection: the final residual's (PC1 >= init + "
+        f"{cfg.sig_margin:g}, |ρ| >= max({cfg.rho_min:g}, init + {cfg.sig_margin:g})). Sticky: sticky_manifold's "
+        f"two measures (context read-out at t = {cfg.queries()}, first-layer value PCs pulled back), each aligned "
+        f"(>= {results['sticky']['aligned_threshold']:.3f}) and beyond the init (mean paired gain > "
+        f"{cfg.manifold_sigmas:g} × the sd over {cfg.manifold_n_inits} extra random inits per seed), with an "
+        f"other-window-label control under the aligned bar on both; B and D count as keeping it when they show it "
+        f"within {cfg.sig_margin:g} of A. Outcomes: {outcomes}; the sticky half by the earlier residual signature "
+        f"(reported): {metrics['outcome_sticky_residual_signature']}; what the KL ratios alone say (not deciding): "
         f"{readings}. "
         f"Arm C (no baseline) is reported, not decided on: KL_C / KL_A = "
         f"{results['bijection']['C_over_A_kl']:.2f} (bijection), {results['sticky']['C_over_A_kl']:.2f} (sticky). "
@@ -698,9 +987,12 @@ def _run(cfg: Config, ctx: Context) -> Result:
         f"no-context {onehead_floor:.3f} bits). Identities (float64, max error): "
         f"{', '.join(f'{k} {v:.1e}' for k, v in checks.items())}; arm B's query/key weights moved by "
         f"{results['bijection']['B_qk_change']:.1e} (bijection), {results['sticky']['B_qk_change']:.1e} (sticky) and "
-        f"{results[ONEHEAD]['B_qk_change']:.1e} (one head)."
+        f"{results[ONEHEAD]['B_qk_change']:.1e} (one head). Read-out identities (first seed): planted models in "
+        f"span(μ) {manifold_checks['planted_in_readout']:.9f} / {manifold_checks['planted_in_value']:.9f}, in its "
+        f"complement {manifold_checks['planted_out_readout']:.1e} / {manifold_checks['planted_out_value']:.1e}; the "
+        f"exact Bayes filter's read-out {manifold_checks['bayes_readout']:.12f}."
     )
-    return Result(verdict, summary, metrics, criteria, [_figure(ctx, results, runs)], details)
+    return Result(verdict, summary, metrics, criteria, [_figure(ctx, results, runs, per_seed["sticky"])], details)
 
 
 EXPERIMENT = Experiment(
