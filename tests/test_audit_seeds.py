@@ -56,6 +56,9 @@ def test_an_undecided_seed_is_never_called_stable() -> None:
     assert rows[EXPERIMENTS[3].name]["stability"] == "incomplete"
     table = script.markdown(list(rows.values()), [0, 1, 2])
     assert f"| `{first}` | UNDECIDED | UNDECIDED | UNDECIDED | undecided |" in table
+    # an undecided seed does not hide two decisive verdicts that disagree
+    mixed = {s: {"experiments": {first: {"verdict": ("UNDECIDED", "PARTIAL", "REFUTED")[s]}}} for s in (0, 1, 2)}
+    assert script.seed_table(mixed)[0]["stability"] == "flips"
     assert f"| `{second}` | PARTIAL | UNDECIDED | PARTIAL | undecided |" in table
 
 
