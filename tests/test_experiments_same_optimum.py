@@ -418,7 +418,9 @@ def test_the_starts_are_away_from_the_optimum(result: tuple[Result, Path]) -> No
     m = result[0].metrics
     cfg = so.Config.quick()
     assert len(m["control: EM's gain from the start, per start (nats/sample)"]) == cfg.n_starts >= 3
-    assert min(m["control: EM's gain from the start, per start (nats/sample)"]) > 10 * cfg.fixed_gain_max
+    # control c3's bar at every start. The k-means++ starts lie nearer the optimum than the data-row starts did
+    # (from those EM gained more than 10 × the bar here): at this pilot seed it gains 0.015-0.097 nats/sample
+    assert min(m["control: EM's gain from the start, per start (nats/sample)"]) > cfg.fixed_gain_max
 
 
 def test_the_verdict_follows_the_criteria(result: tuple[Result, Path]) -> None:
