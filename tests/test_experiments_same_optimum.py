@@ -381,6 +381,23 @@ def test_fisher_and_xu_jordan_hold_and_can_fail(problem: dict[str, Any], monkeyp
     assert min(so.fisher_and_xu_jordan(problem["data"], problem["start"], pr)) > 1e-3
 
 
+def test_path_identities_read_a_converged_path_against_its_largest_step(
+    problem: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At EM's fixed point the gradient has vanished, so the same-point relative residual divides round-off by
+    round-off (the ERROR of full seeds 0, 2, 3 and 4 at c6ead72); along the path, read against the largest size of
+    its quantity, the identities hold to round-off and a planted 1% error in the gradient still fails them."""
+    pr, data, start = so.problem(problem["x"], 3), problem["data"], problem["start"]
+    end = so.em_fixed_point(data, start, pr, 1e-12, 5000, 50)[0]
+    f_res, f_size, x_res, x_size = so.identity_sizes(data, end, pr)
+    assert f_res < 1e-12 and x_res < 1e-12 and max(f_size, x_size) < 1e-9  # absolute: round-off, at a vanished gradient
+    fisher, xu_jordan = so.path_identities(data, [start, end], pr)
+    assert fisher < 1e-10 and xu_jordan < 1e-10
+    real = so.gradient
+    monkeypatch.setattr(so, "gradient", lambda t, p, direct=True: (real(t, p)[0], 1.01 * real(t, p)[1]))
+    assert min(so.path_identities(data, [start, end], pr)) > 1e-3
+
+
 def test_theta_gap_matches_components_and_sees_a_move(problem: dict[str, Any]) -> None:
     pr, start = so.problem(problem["x"], 3), problem["start"]
     flipped = type(start)(*(t.flip(0) for t in start))
