@@ -34,21 +34,29 @@ def new_start(x: np.ndarray, k: int, rng: np.random.RandomState) -> Any:
     )
 
 
+def main(size: str, seed: int, which: str) -> None:
+    """Print one JSON row per start: EM's certified fixed point from it."""
+    cfg = so.Config.full() if size == "full" else so.Config.quick()
+    truth = so._truth(cfg.k, cfg.d, seed)
+    rng = np.random.RandomState(seed + 1)
+    x = so._draw(*truth, cfg.n, rng)
+    data = DataSource(x, torch.device("cpu"), torch.float64)
+    pr = so.problem(x, cfg.k, cfg.prior)
+    srng = np.random.RandomState(seed + 2)
+    make = so._data_row_start if which == "old" else new_start
+    for s in range(cfg.n_starts):
+        st = make(x, cfg.k, srng)
+        t = time.time()
+        end, g, it, step = so.em_fixed_point(
+            data, st, pr, cfg.em_step_tol, cfg.em_max_iter, cfg.em_block, cfg.em_reg_covar
+        )
+        ll = so.value(end, pr)
+        row = dict(start=s, start_min_w=float(st.weights.min()), em_min_w=float(end.weights.min()), grad=g, iters=it)
+        row.update(step=step, gain=ll - so.value(st, pr), ll=ll, sec=round(time.time() - t, 1))
+        print(json.dumps(row), flush=True)
+
+
 # usage: python benchmarks/same_optimum_start_pilot.py quick|full SEED old|new
-size, seed, which = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-cfg = so.Config.full() if size == "full" else so.Config.quick()
-truth = so._truth(cfg.k, cfg.d, seed)
-rng = np.random.RandomState(seed + 1)
-x = so._draw(*truth, cfg.n, rng)
-data = DataSource(x, torch.device("cpu"), torch.float64)
-pr = so.problem(x, cfg.k, cfg.prior)
-srng = np.random.RandomState(seed + 2)
-make = so._start if which == "old" else new_start
-for s in range(cfg.n_starts):
-    st = make(x, cfg.k, srng)
-    t = time.time()
-    end, g, it, step = so.em_fixed_point(data, st, pr, cfg.em_step_tol, cfg.em_max_iter, cfg.em_block, cfg.em_reg_covar)
-    ll = so.value(end, pr)
-    row = dict(start=s, start_min_w=float(st.weights.min()), em_min_w=float(end.weights.min()), grad=g, iters=it)
-    row.update(step=step, gain=ll - so.value(st, pr), ll=ll, sec=round(time.time() - t, 1))
-    print(json.dumps(row), flush=True)
+# (the experiment's starts are new_start moved into the module: tests/test_experiments_same_optimum.py checks it)
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])

@@ -20,10 +20,11 @@ from implicit_em.mixture._online_em import fit_online_em
 
 @pytest.fixture(scope="module")
 def problem() -> dict[str, Any]:
-    """A small mixture, its data source, the fitters' shift and scale, and one start away from the optimum."""
+    """A small mixture, its data source, the fitters' shift and scale, and one start away from the optimum (a
+    data-row start: from it L-BFGS empties a component, which the slow-region test needs)."""
     x = so._draw(*so._truth(3, 2, 0), 1500, np.random.RandomState(1))
     shift, scale = so._shift_scale(torch.from_numpy(x))
-    start = so._start(x, 3, np.random.RandomState(2))
+    start = so._start(x, 3, np.random.RandomState(2), "data rows")
     return {
         "x": x,
         "data": DataSource(x, torch.device("cpu"), torch.float64),
@@ -51,8 +52,50 @@ def test_starts_are_distinct_data_rows_with_the_data_covariance(problem: dict[st
     np.testing.assert_allclose(start.weights.numpy(), 1 / 3)
     prec = start.precisions_cholesky @ start.precisions_cholesky.mT
     np.testing.assert_allclose((prec @ start.covariances).numpy(), np.broadcast_to(np.eye(2), (3, 2, 2)), atol=1e-10)
-    other = so._start(x, 3, np.random.RandomState(3))
+    other = so._start(x, 3, np.random.RandomState(3), "data rows")
     assert not torch.equal(other.means, start.means)
+
+
+def test_the_starts_are_kmeanspp_seeds_then_one_hard_assignments_cells(problem: dict[str, Any]) -> None:
+    from sklearn.cluster import kmeans_plusplus
+
+    x = problem["x"]
+    start = so._start(x, 3, np.random.RandomState(2))  # the default: k-means++
+    assert so.Config().starts == "k-means++"
+    centers, _ = kmeans_plusplus(x, 3, random_state=np.random.RandomState(2).randint(2**31 - 1))
+    for a, b in zip(start, so.cells(x, centers), strict=True):
+        assert torch.equal(a, b)
+    labels = np.linalg.norm(x[:, None] - centers[None], axis=-1).argmin(1)  # every row to its nearest seed
+    for j in range(3):
+        rows = x[labels == j]
+        assert start.weights[j].item() == pytest.approx(len(rows) / len(x), abs=1e-15)
+        np.testing.assert_allclose(start.means[j].numpy(), rows.mean(0), rtol=0, atol=1e-12)
+        cov = np.cov(rows, rowvar=False, bias=True) + so.REG_COVAR * np.eye(2)
+        np.testing.assert_allclose(start.covariances[j].numpy(), cov, rtol=1e-12)
+    prec = start.precisions_cholesky @ start.precisions_cholesky.mT
+    np.testing.assert_allclose((prec @ start.covariances).numpy(), np.broadcast_to(np.eye(2), (3, 2, 2)), atol=1e-10)
+    assert len({tuple(np.round(m, 12)) for m in start.means.numpy()}) == 3
+    assert not torch.equal(so._start(x, 3, np.random.RandomState(3)).means, start.means)
+    with pytest.raises(ValueError, match="starts"):
+        so._start(x, 3, np.random.RandomState(2), "random")
+
+
+def test_the_starts_are_the_pilots() -> None:
+    # the declared fix was chosen on benchmarks/same_optimum_start_pilot.py's new_start: the experiment's starts
+    # are that code, bitwise, at both sizes' shapes
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "benchmarks" / "same_optimum_start_pilot.py"
+    spec = importlib.util.spec_from_file_location("same_optimum_start_pilot", path)
+    assert spec is not None and spec.loader is not None
+    pilot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pilot)
+    for k, d, n in ((4, 2, 5000), (8, 8, 4000)):
+        x = so._draw(*so._truth(k, d, 100), n, np.random.RandomState(101))
+        ours, theirs = np.random.RandomState(102), np.random.RandomState(102)
+        for _ in range(2):
+            for a, b in zip(so._start(x, k, ours), pilot.new_start(x, k, theirs), strict=True):
+                assert torch.equal(a, b)
 
 
 def test_the_scorer_is_the_estimators_score(problem: dict[str, Any]) -> None:
@@ -194,7 +237,7 @@ def test_the_same_point_bound_and_the_classes() -> None:
 def tiny(problem: dict[str, Any]) -> dict[str, Any]:
     """A 200-row problem for finite differences and autograd Hessians."""
     x = problem["x"][:200]
-    return {"pr": so.problem(x, 3), "start": so._start(x, 3, np.random.RandomState(2)), "x": x}
+    return {"pr": so.problem(x, 3), "start": so._start(x, 3, np.random.RandomState(2), "data rows"), "x": x}
 
 
 def test_pack_round_trips_and_the_objective_is_the_scorer(problem: dict[str, Any]) -> None:
@@ -272,7 +315,7 @@ def test_em_step_is_the_librarys_em_without_the_prior(problem: dict[str, Any]) -
 
 def test_lbfgs_and_em_reach_certified_ends_each_a_fixed_point_of_the_other(problem: dict[str, Any]) -> None:
     pr, data = so.problem(problem["x"], 3), problem["data"]
-    start = so._start(problem["x"], 3, np.random.RandomState(3))
+    start = so._start(problem["x"], 3, np.random.RandomState(3), "data rows")
     theta, norm, _, _ = so.lbfgs(so.pack(start, pr), pr, 1e-8, 5000)
     assert norm <= 1e-8
     em_end, em_norm, _, step = so.em_fixed_point(data, start, pr, 1e-12, 5000, 50)
@@ -338,6 +381,23 @@ def test_fisher_and_xu_jordan_hold_and_can_fail(problem: dict[str, Any], monkeyp
     assert min(so.fisher_and_xu_jordan(problem["data"], problem["start"], pr)) > 1e-3
 
 
+def test_path_identities_read_a_converged_path_against_its_largest_step(
+    problem: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At EM's fixed point the gradient has vanished, so the same-point relative residual divides round-off by
+    round-off (the ERROR of full seeds 0, 2, 3 and 4 at c6ead72); along the path, read against the largest size of
+    its quantity, the identities hold to round-off and a planted 1% error in the gradient still fails them."""
+    pr, data, start = so.problem(problem["x"], 3), problem["data"], problem["start"]
+    end = so.em_fixed_point(data, start, pr, 1e-12, 5000, 50)[0]
+    f_res, f_size, x_res, x_size = so.identity_sizes(data, end, pr)
+    assert f_res < 1e-12 and x_res < 1e-12 and max(f_size, x_size) < 1e-9  # absolute: round-off, at a vanished gradient
+    fisher, xu_jordan = so.path_identities(data, [start, end], pr)
+    assert fisher < 1e-10 and xu_jordan < 1e-10
+    real = so.gradient
+    monkeypatch.setattr(so, "gradient", lambda t, p, direct=True: (real(t, p)[0], 1.01 * real(t, p)[1]))
+    assert min(so.path_identities(data, [start, end], pr)) > 1e-3
+
+
 def test_theta_gap_matches_components_and_sees_a_move(problem: dict[str, Any]) -> None:
     pr, start = so.problem(problem["x"], 3), problem["start"]
     flipped = type(start)(*(t.flip(0) for t in start))
@@ -375,7 +435,9 @@ def test_the_starts_are_away_from_the_optimum(result: tuple[Result, Path]) -> No
     m = result[0].metrics
     cfg = so.Config.quick()
     assert len(m["control: EM's gain from the start, per start (nats/sample)"]) == cfg.n_starts >= 3
-    assert min(m["control: EM's gain from the start, per start (nats/sample)"]) > 10 * cfg.fixed_gain_max
+    # control c3's bar at every start. The k-means++ starts lie nearer the optimum than the data-row starts did
+    # (from those EM gained more than 10 × the bar here): at this pilot seed it gains 0.015-0.097 nats/sample
+    assert min(m["control: EM's gain from the start, per start (nats/sample)"]) > cfg.fixed_gain_max
 
 
 def test_the_verdict_follows_the_criteria(result: tuple[Result, Path]) -> None:
@@ -396,7 +458,12 @@ def test_the_verdict_follows_the_criteria(result: tuple[Result, Path]) -> None:
 
 
 def _small() -> so.Config:
-    return dataclasses.replace(so.Config.quick(), seed=100, n=2000, k=3, n_starts=2, passes=8, min_decided=2)
+    # the gate and rule tests below run on issue 25's first starts (data rows), on which they were written: the
+    # rule does not depend on the starts, and at this size k-means++ starts do not let both starts decide (from
+    # the first, both methods empty a component; EM gains 0.0087 nats/sample from it)
+    return dataclasses.replace(
+        so.Config.quick(), seed=100, n=2000, k=3, n_starts=2, passes=8, min_decided=2, starts="data rows"
+    )
 
 
 def test_the_small_size_decides(tmp_path: Path) -> None:
