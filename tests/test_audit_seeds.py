@@ -1,6 +1,5 @@
 """benchmarks/audit_seeds.py: the seed table flags an experiment whose verdict flips with the seed."""
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -8,16 +7,12 @@ from typing import Any
 
 import pytest
 
+from _scripts import benchmark_script
 from implicit_em.experiments import EXPERIMENTS
 
 
 def _script() -> ModuleType:
-    path = Path(__file__).parents[1] / "benchmarks" / "audit_seeds.py"
-    spec = importlib.util.spec_from_file_location("audit_seeds", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("audit_seeds")
 
 
 def test_a_flipping_verdict_is_flagged_and_a_stable_one_is_not() -> None:

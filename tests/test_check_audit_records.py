@@ -2,7 +2,6 @@
 
 import copy
 import functools
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -10,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from _scripts import benchmark_script
 from implicit_em.experiments import EXPERIMENTS, _provenance
 
 # three experiments with few source files keep the test quick (hashing all eighteen takes ~10 s on a loaded core)
@@ -17,12 +17,7 @@ _SOME = [e for e in EXPERIMENTS if e.name in ("theorem1", "cross_entropy_regime"
 
 
 def _script() -> ModuleType:
-    path = Path(__file__).parents[1] / "benchmarks" / "check_audit_records.py"
-    spec = importlib.util.spec_from_file_location("check_audit_records", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("check_audit_records")
 
 
 def _results() -> dict[str, Any]:
