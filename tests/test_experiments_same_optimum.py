@@ -16,6 +16,7 @@ from implicit_em.experiments import same_optimum as so
 from implicit_em.mixture import GaussianMixture
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._online_em import fit_online_em
+from implicit_em.mixture._settings import FitSettings
 
 
 @pytest.fixture(scope="module")
@@ -123,17 +124,9 @@ def test_em_path_is_the_estimators_em_after_every_pass(problem: dict[str, Any]) 
 def test_online_em_path_is_one_continuous_run(problem: dict[str, Any]) -> None:
     d, start, shift = problem["data"], problem["start"], problem["shift"]
     path = so.online_em_path(d, start, shift, 3, 128, seed=7)
+    settings = FitSettings(covariance_type="full", reg_covar=so.REG_COVAR, tol=0.0, max_iter=3, batch_size=128)
     whole, _ = fit_online_em(
-        d,
-        start,
-        covariance_type="full",
-        reg_covar=so.REG_COVAR,
-        tol=0.0,
-        max_iter=3,
-        shift=shift,
-        batch_size=128,
-        generator=torch.Generator().manual_seed(7),
-        final_em_steps=0,
+        d, start, settings, shift=shift, generator=torch.Generator().manual_seed(7), final_em_steps=0
     )
     torch.testing.assert_close(path[-1].means, whole.params.means, rtol=0, atol=1e-12)
     torch.testing.assert_close(path[-1].covariances, whole.params.covariances, rtol=0, atol=1e-12)
@@ -297,13 +290,10 @@ def test_hessian_against_autograd_and_differences_of_the_gradient(tiny: dict[str
 
 def test_em_step_is_the_librarys_em_without_the_prior(problem: dict[str, Any]) -> None:
     from implicit_em.mixture._em import fit_em
-    from implicit_em.mixture._fitting import CHUNK
 
     data, start, shift = problem["data"], problem["start"], problem["shift"]
     ours = so.em_step(data, start, so.problem(problem["x"], 3, prior=0.0))
-    lib = fit_em(
-        data, start, covariance_type="full", reg_covar=0.0, tol=0.0, max_iter=1, shift=shift, batch_size=CHUNK
-    ).params
+    lib = fit_em(data, start, FitSettings(reg_covar=0.0, tol=0.0, max_iter=1), shift=shift).params
     for a, b in zip(ours, lib, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
     pr = so.problem(problem["x"], 3)  # with the prior: the ridge prior·s²/N_j on every covariance

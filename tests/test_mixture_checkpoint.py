@@ -23,10 +23,10 @@ import torch
 import implicit_em
 from _checkpoint_cases import FITS, blobs, fit
 from implicit_em._runio import torch_threads
-from implicit_em.mixture import GaussianMixture, _checkpoint, _em, _gd, _online_em
+from implicit_em.mixture import GaussianMixture, _checkpoint, _estep, _gd, _online_em
 
 PARAMS = ("weights_", "means_", "covariances_", "precisions_cholesky_", "precisions_")
-STEP = {"em": (_em, "summarize"), "online_em": (_online_em, "online_step"), "gd": (_gd, "gd_step")}
+STEP = {"em": (_estep, "summarize"), "online_em": (_online_em, "online_step"), "gd": (_gd, "gd_step")}
 SRC = str(Path(implicit_em.__file__).resolve().parents[1])
 TESTS = str(Path(__file__).resolve().parent)
 
@@ -108,7 +108,7 @@ def test_the_checkpoint_holds_params_iteration_history_start_and_random_states(
 ) -> None:
     path = tmp_path / "fit.ckpt"
     kw = {**FITS["em"], "split_merge": 0, "tol": 0.0, "max_iter": 8}  # two starts of 8 iterations
-    _sigint_on_call(monkeypatch, _em, "summarize", 8 + 5)  # start 2, after the E-step (one chunk) of iteration 5
+    _sigint_on_call(monkeypatch, _estep, "summarize", 8 + 5)  # start 2, after the E-step (one chunk) of iteration 5
     gm = GaussianMixture(**kw, checkpoint=path, checkpoint_every=1000)
     with pytest.raises(KeyboardInterrupt):
         gm.fit(blobs())

@@ -197,17 +197,17 @@ def test_a_stream_that_reuses_its_buffer_is_not_read_ahead(monkeypatch: pytest.M
 
 def test_em_on_a_stream_does_not_read_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     """full_pass asks the fused pass for no look-ahead when the data are a user's iterable."""
-    from implicit_em.mixture import _em
+    from implicit_em.mixture import _em, _estep
     from implicit_em.mixture._data import DataSource
 
     seen: list[bool] = []
-    real = _em.fused_pass_summary
+    real = _estep.fused_pass_summary
 
     def spy(*args: object, **kw: bool) -> object:
         seen.append(kw["lookahead"])
         return real(*args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_em, "fused_pass_summary", spy)
+    monkeypatch.setattr(_estep, "fused_pass_summary", spy)
     x = _data(600, 3).float()
     p = _params("diag", 2, 3)
     p32 = _stats.MixtureParams(*(t.float() for t in p))
@@ -286,7 +286,7 @@ def test_the_batch_summarizer_gives_summarize_statistics_batch_after_batch(cov_t
 def test_a_float32_online_em_fit_keeps_one_summarizer_for_all_its_steps(
     dtype: torch.dtype, built: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from implicit_em.mixture import GaussianMixture, _online_em
+    from implicit_em.mixture import GaussianMixture, _estep
 
     made: list[int] = []
 
@@ -295,7 +295,7 @@ def test_a_float32_online_em_fit_keeps_one_summarizer_for_all_its_steps(
             made.append(1)
             super().__init__(*args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_online_em, "BatchSummarizer", Counting)
+    monkeypatch.setattr(_estep, "BatchSummarizer", Counting)
     x = _data(2000, 3).to(dtype).numpy()
     gm = GaussianMixture(2, fitter="online_em", batch_size=100, max_iter=3, split_merge=0, random_state=0)
     gm.fit(x)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import implicit_em
-from implicit_em.mixture import GaussianMixture, _em, _fitting, _gd, _online_em
+from implicit_em.mixture import GaussianMixture, _estep, _fitting, _gd, _online_em
 from implicit_em.mixture._fitting import History
 
 PARAMS = ("weights_", "means_", "covariances_", "precisions_cholesky_")
@@ -165,7 +165,7 @@ def test_sigint_after_epoch_k_of_online_em_keeps_the_parameters_of_epoch_k(monke
 
 def test_sigint_during_a_pass_keeps_the_last_complete_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
     reference = _quiet_fit(**_kw("em", max_iter=3, batch_size=50))
-    _sigint_on_call(monkeypatch, _em, "summarize", 3 * 5 + 2)  # 5 chunks of 50 rows a pass: pass 4, chunk 2
+    _sigint_on_call(monkeypatch, _estep, "summarize", 3 * 5 + 2)  # 5 chunks of 50 rows a pass: pass 4, chunk 2
     gm = GaussianMixture(**_kw("em", batch_size=50))
     with pytest.raises(KeyboardInterrupt):
         gm.fit(_blobs())

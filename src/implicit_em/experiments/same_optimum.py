@@ -328,21 +328,12 @@ def _shift_scale(x: Tensor) -> tuple[Tensor, float]:
 def em_path(data: Any, start: Any, shift: Tensor, passes: int) -> list[Any]:
     """Batch EM: the parameters after 0, 1, ..., ``passes`` iterations (EM carries no state between them)."""
     from implicit_em.mixture._em import fit_em
-    from implicit_em.mixture._fitting import CHUNK
+    from implicit_em.mixture._settings import FitSettings
 
+    one = FitSettings(covariance_type=COVARIANCE, reg_covar=REG_COVAR, tol=0.0, max_iter=1)
     path = [start]
     for _ in range(passes):
-        result = fit_em(
-            data,
-            path[-1],
-            covariance_type=COVARIANCE,
-            reg_covar=REG_COVAR,
-            tol=0.0,
-            max_iter=1,
-            shift=shift,
-            batch_size=CHUNK,
-        )
-        path.append(result.params)
+        path.append(fit_em(data, path[-1], one, shift=shift).params)
     return path
 
 
@@ -350,22 +341,14 @@ def online_em_path(data: Any, start: Any, shift: Tensor, passes: int, batch_size
     """Online EM: the parameters after 0, 1, ..., ``passes`` epochs of one continuous run (the running statistics
     and the step count carried from epoch to epoch; no final exact EM iteration)."""
     from implicit_em.mixture._online_em import fit_online_em
+    from implicit_em.mixture._settings import FitSettings
 
+    one = FitSettings(covariance_type=COVARIANCE, reg_covar=REG_COVAR, tol=0.0, max_iter=1, batch_size=batch_size)
     generator = torch.Generator().manual_seed(seed)
     path, state = [start], None
     for _ in range(passes):
         result, state = fit_online_em(
-            data,
-            path[-1],
-            covariance_type=COVARIANCE,
-            reg_covar=REG_COVAR,
-            tol=0.0,
-            max_iter=1,
-            shift=shift,
-            batch_size=batch_size,
-            generator=generator,
-            state=state,
-            final_em_steps=0,
+            data, path[-1], one, shift=shift, generator=generator, state=state, final_em_steps=0
         )
         path.append(result.params)
     return path
@@ -385,6 +368,7 @@ def gd_path(
     """Gradient descent (``fit_gd``, Adam, the library's plateau schedule): the parameters after 0, 1, ...
     epochs, read by its callback, and held at its end point after it converges; returns them and the epochs run."""
     from implicit_em.mixture._gd import fit_gd, make_state, state_params
+    from implicit_em.mixture._settings import FitSettings
 
     state = make_state(start, COVARIANCE, shift, scale, learning_rate, "adam")
     path = [start]
@@ -392,18 +376,21 @@ def gd_path(
     def after_epoch(epoch: int, loglik: float, seconds: float, usage: Tensor) -> None:
         path.append(state_params(state, COVARIANCE, shift, scale))
 
+    settings = FitSettings(  # reg_covar 0: no penalty, as fit_gd's schedule before issue 14
+        covariance_type=COVARIANCE,
+        reg_covar=0.0,
+        tol=tol,
+        max_iter=passes,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+    )
     result, _ = fit_gd(
         data,
         start,
-        covariance_type=COVARIANCE,
-        tol=tol,
-        max_iter=passes,
+        settings,
         shift=shift,
         scale=scale,
-        batch_size=batch_size,
         generator=torch.Generator().manual_seed(seed),
-        learning_rate=learning_rate,
-        optimizer="adam",
         state=state,
         callback=after_epoch,
     )
@@ -429,18 +416,10 @@ def em_polish(
     Both are zero at an EM fixed point. The move is in the data's units (components keep their labels under EM).
     """
     from implicit_em.mixture._em import fit_em
-    from implicit_em.mixture._fitting import CHUNK
+    from implicit_em.mixture._settings import FitSettings
 
-    end = fit_em(
-        data,
-        params,
-        covariance_type=COVARIANCE,
-        reg_covar=reg_covar,
-        tol=tol,
-        max_iter=max_iter,
-        shift=shift,
-        batch_size=CHUNK,
-    ).params
+    settings = FitSettings(covariance_type=COVARIANCE, reg_covar=reg_covar, tol=tol, max_iter=max_iter)
+    end = fit_em(data, params, settings, shift=shift).params
     gain = score(data, end, shift) - score(data, params, shift)
     move = float((end.means - params.means).norm(dim=1).max())
     return gain, move, end

@@ -1,8 +1,8 @@
 r"""Classical batch EM for Gaussian mixtures (paper §2.3), chunked over N.
 
 Each iteration is one pass over the data: the E-step and the statistics Rᵀφ of every chunk
-(``_stats.summarize``; in float32 the fused pass of ``_fused.py``, equal to it to round-off), then the M-step
-from their sum (``_stats.from_summaries``). The loop, the stopping rule
+(``_estep.pass_summary``: the float64 reference, or in float32 the fused pass, equal to it to round-off), then
+the M-step from their sum (``_stats.from_summaries``). The loop, the stopping rule
 (|Δ lower bound| < tol, lower bound = mean log-likelihood under the parameters *before* the M-step) and the
 M-step formulas are those of ``sklearn.mixture.GaussianMixture``, so from the same start the two agree to
 round-off. ``_estimate_gaussian_parameters`` and ``_estimate_log_gaussian_prob`` are the direct float64 forms
@@ -23,15 +23,10 @@ from implicit_em import gaussian
 from implicit_em.distances import gaussian_energies
 from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
-from implicit_em.mixture._fused import fused_pass_summary
+from implicit_em.mixture._estep import pass_summary
 from implicit_em.mixture._interrupt import FitInterrupted
-from implicit_em.mixture._stats import (
-    MixtureParams,
-    Summary,
-    from_summaries,
-    score_matrix,
-    summarize,
-)
+from implicit_em.mixture._settings import FitSettings
+from implicit_em.mixture._stats import MixtureParams, Summary, from_summaries, score_matrix
 
 #: callback(epoch, mean train log-likelihood, seconds, component usage (K,)) after every pass
 Callback = Callable[[int, float, float, Tensor], None]
@@ -82,13 +77,7 @@ def full_pass(
     batches = data.batches(batch_size)
     if interruptible and not collective:
         batches = _checked(batches)
-    total: Summary | None = None
-    if a.dtype == torch.float32:  # the fused pass: equal to summarize's to float32 round-off (_fused.py)
-        total = fused_pass_summary(batches, a, shift, lookahead=data.kind != "iterable")
-    else:  # float64 stays on summarize, bitwise as before (sklearn fidelity, the golden fits, the audit)
-        for x in batches:
-            part, _ = summarize(x, a, shift)
-            total = part if total is None else total + part
+    total = pass_summary(batches, a, shift, lookahead=data.kind != "iterable")
     if collective:  # every process's statistics summed; a process without data adds zeros
         k, d = params.means.shape
         total = total or _distributed.zero_summary(k, d, params.means.device)
@@ -111,13 +100,9 @@ def _checked(batches: Iterator[Tensor]) -> Iterator[Tensor]:
 def fit_em(
     data: DataSource,
     params: MixtureParams,
+    settings: FitSettings,
     *,
-    covariance_type: str,
-    reg_covar: float,
-    tol: float,
-    max_iter: int,
     shift: Float[Tensor, " d"],
-    batch_size: int,
     lower_bound: float = -math.inf,
     callback: Callback | None = None,
     sync: bool = True,
@@ -126,7 +111,8 @@ def fit_em(
     interruptible: bool = True,
 ) -> FitResult:
     """Batch EM from ``params`` until |Δ mean log-likelihood| < tol or ``max_iter`` iterations (over every
-    process's shard in a process group unless ``sync=False``).
+    process's shard in a process group unless ``sync=False``), in chunks of ``batch_size`` rows: ``covariance_type``,
+    ``reg_covar``, ``tol``, ``max_iter`` and ``batch_size`` are read from ``settings``.
 
     A SIGINT (:mod:`implicit_em.mixture._interrupt`) stops it at the next chunk boundary with
     :class:`~implicit_em.mixture._interrupt.FitInterrupted`, carrying the last complete iteration and its
@@ -135,15 +121,16 @@ def fit_em(
     with exactly the numbers an uninterrupted run has. ``interruptible=False`` (a local fit inside another
     computation) leaves a SIGINT pending for the caller.
     """
+    covariance_type, reg_covar, tol = settings.covariance_type, settings.reg_covar, settings.tol
     n_done, converged = 0, False
     if resume is not None:
         params, n_done, lower_bound = _from_snapshot(resume)
     with _interrupt.deferred():
         try:
-            for n_iter in range(n_done + 1, max_iter + 1):
+            for n_iter in range(n_done + 1, settings.max_iter + 1):
                 t0 = time.perf_counter()
                 prev = lower_bound
-                summary = full_pass(data, params, covariance_type, shift, batch_size, sync, interruptible)
+                summary = full_pass(data, params, covariance_type, shift, settings.batch_size, sync, interruptible)
                 new = from_summaries(summary, shift, reg_covar, covariance_type, params.means.dtype)
                 params, lower_bound, n_done = new, float(summary.loglik / summary.n), n_iter  # one commit
                 if callback is not None:

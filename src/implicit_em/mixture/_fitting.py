@@ -1,19 +1,19 @@
-"""The one interface ``GaussianMixture`` drives its three fitters through: settings, fitters, history.
+"""The one interface ``GaussianMixture`` drives its three fitters through: fitters, a run's context, history.
 
-``fit`` and ``partial_fit`` build a :class:`FitSettings` from the estimator's parameters (``__init__`` only stores
-them, as in sklearn), look the fitter up by name in :data:`REGISTRY` once, and call its ``fit`` or its
-``partial_step``. The algorithms stay pure functions of data and parameters in ``_em.py`` (batch EM, §2.3),
-``_online_em.py`` (Cappé–Moulines) and ``_gd.py`` (implicit EM, §3.4, §4.1), as STYLE §3 asks; the classes here
-carry the settings to them and say what differs between them (progress unit, default batch size, whether they
-shuffle, which state ``partial_fit`` continues from, whether split-and-merge and ``torch.distributed`` apply).
-Every ``history_`` record is built by :func:`history_record`.
+``fit`` and ``partial_fit`` build a :class:`~implicit_em.mixture._settings.FitSettings` from the estimator's
+parameters, look the fitter up by name in :data:`REGISTRY` once, and call its ``fit`` (with the settings and a
+:class:`Run`) or its ``partial_step``. The algorithms stay pure functions of data, parameters and settings in
+``_em.py`` (batch EM, §2.3), ``_online_em.py`` (Cappé–Moulines) and ``_gd.py`` (implicit EM, §3.4, §4.1), as
+STYLE §3 asks; the classes here hand the settings to them and say what differs between them (progress unit,
+default batch size, whether they shuffle, which state ``partial_fit`` continues from, whether split-and-merge
+and ``torch.distributed`` apply). Every ``history_`` record is built by :func:`history_record`.
 """
 
 import math
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -21,9 +21,10 @@ from torch import Tensor
 from implicit_em.mixture import _distributed, _stats
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
-from implicit_em.mixture._fused import fused_pass_loglik
+from implicit_em.mixture._estep import pass_loglik
 from implicit_em.mixture._gd import MIN_STEPS, fit_gd, gd_step, make_state, state_params
 from implicit_em.mixture._online_em import fit_online_em, init_state, online_step
+from implicit_em.mixture._settings import CHUNK, DEFAULT_BATCH_SIZE, FitSettings
 from implicit_em.mixture._stats import MixtureParams
 
 __all__ = [
@@ -36,53 +37,9 @@ __all__ = [
     "GradientDescent",
     "History",
     "OnlineEM",
+    "Run",
     "history_record",
 ]
-
-CHUNK = 16_384  # rows per chunk of the batch E-step (φ in float32 is 10 MB at D = 16; smaller stays in cache)
-_MINI_BATCH = 4096  # default mini-batch rows of the stochastic fitters
-
-
-@dataclass(frozen=True)
-class FitSettings:
-    """The estimator's parameters a fit reads, resolved once when ``fit`` (or ``partial_fit``) starts.
-
-    ``batch_size`` is resolved: the user's value, else the fitter's default (chunk rows for "em", mini-batch
-    rows for "online_em" and "gd"). The dtype and device live in the :class:`DataSource`, which resolves them
-    from X. ``max_iter`` counts EM iterations, or epochs for "online_em" and "gd".
-    """
-
-    fitter: str
-    covariance_type: str
-    tol: float
-    reg_covar: float
-    max_iter: int
-    batch_size: int
-    learning_rate: float
-    optimizer: str
-    volume: bool
-    split_merge: int
-    verbose: int
-    verbose_interval: int = 10
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> "FitSettings":
-        """Settings from ``get_params()`` of a checked estimator (the fitter name must be in the registry)."""
-        batch_size = params["batch_size"]
-        return cls(
-            fitter=params["fitter"],
-            covariance_type=params["covariance_type"],
-            tol=params["tol"],
-            reg_covar=params["reg_covar"],
-            max_iter=int(params["max_iter"]),  # numpy integers too, like batch_size and split_merge
-            batch_size=int(batch_size) if batch_size is not None else REGISTRY[params["fitter"]].default_batch_size,
-            learning_rate=params["learning_rate"],
-            optimizer=params["optimizer"],
-            volume=params["volume"],
-            split_merge=int(params["split_merge"]),
-            verbose=params["verbose"],
-            verbose_interval=int(params["verbose_interval"]),
-        )
 
 
 def history_record(
@@ -168,6 +125,29 @@ class History:
             self._line(int(last["epoch"]), float(last["loglik"]), "stopped at ", force=True)
 
 
+class Run(NamedTuple):
+    """What one run of a fitter needs beyond the data, the start and the settings: the coordinates (``shift``,
+    the stochastic fitters' ``scale``), the ``generator`` of the fitters that shuffle, the per-epoch
+    ``callback``, and the checkpoint hooks (``resume``, ``on_safe_point``; see :meth:`Fitter.fit`).
+
+    ``lower_bound``: that of the fit a ``warm_start`` refit continues; batch EM compares its first iteration
+    with it, as sklearn does (so a refit of a converged fit converges in one iteration). The stochastic fitters
+    compare epochs' running means, which the exact lower bound is not, and ignore it.
+    """
+
+    shift: Tensor
+    scale: float
+    generator: torch.Generator
+    callback: Callback
+    resume: dict[str, Any] | None = None
+    on_safe_point: SafePoint | None = None
+    lower_bound: float = -math.inf
+
+    def hooks(self) -> dict[str, Any]:
+        """The per-epoch callback and the checkpoint hooks, as the algorithms' keyword arguments."""
+        return {"callback": self.callback, "resume": self.resume, "on_safe_point": self.on_safe_point}
+
+
 class Fitter(Protocol):
     """What the estimator needs of a fitter. ``state`` is what ``partial_fit`` continues from, kept by the
     estimator in the attribute named ``state_attr`` (a fit that returns None leaves it as it was)."""
@@ -179,29 +159,13 @@ class Fitter(Protocol):
     split_merge: bool  #: split-and-merge moves may follow a converged fit
     distributed: bool  #: runs over a ``torch.distributed`` process group
 
-    def fit(
-        self,
-        data: DataSource,
-        params: MixtureParams,
-        settings: FitSettings,
-        *,
-        shift: Tensor,
-        scale: float,
-        generator: torch.Generator,
-        callback: Callback,
-        resume: dict[str, Any] | None = None,
-        on_safe_point: SafePoint | None = None,
-        lower_bound: float = -math.inf,
-    ) -> tuple[FitResult, Any]:
+    def fit(self, data: DataSource, params: MixtureParams, settings: FitSettings, run: Run) -> tuple[FitResult, Any]:
         """Fit from ``params``; returns the result and the state ``partial_fit`` would continue from.
 
-        ``lower_bound``: that of the fit a ``warm_start`` refit continues; batch EM compares its first iteration
-        with it, as sklearn does (so a refit of a converged fit converges in one iteration). The stochastic
-        fitters compare epochs' running means, which the exact lower bound is not, and ignore it.
-
-        ``on_safe_point(units, snapshot)`` is called after every iteration (epoch) that did not converge, where
-        ``snapshot()`` is the fitter's resumable state; ``resume`` continues from such a snapshot (or from the
-        one a :class:`~implicit_em.mixture._interrupt.FitInterrupted` carries), bitwise as if never stopped.
+        ``run.on_safe_point(units, snapshot)`` is called after every iteration (epoch) that did not converge,
+        where ``snapshot()`` is the fitter's resumable state; ``run.resume`` continues from such a snapshot (or
+        from the one a :class:`~implicit_em.mixture._interrupt.FitInterrupted` carries), bitwise as if never
+        stopped.
         """
         ...
 
@@ -213,113 +177,50 @@ class Fitter(Protocol):
         ...
 
 
-def _online_partial_step(
-    state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, shift: Tensor
-) -> tuple[Any, MixtureParams, float]:
-    """A step of online EM on x: ``partial_fit`` of both EM fitters."""
-    state = state if state is not None else init_state(params, settings.covariance_type, shift)
-    state, new, loglik = online_step(
-        state,
-        x,
-        params,
-        covariance_type=settings.covariance_type,
-        reg_covar=settings.reg_covar,
-        shift=shift,
-        compute_dtype=x.dtype,
-    )
-    return state, new, float(loglik) / x.shape[0]
+class _OnlineSteps:
+    """``partial_fit`` of both EM fitters: a step of online EM on the batch."""
 
-
-class BatchEM:
-    """Batch EM (:func:`~implicit_em.mixture._em.fit_em`); ``partial_fit`` takes online-EM steps."""
-
-    unit = "iter"
-    default_batch_size = CHUNK
-    shuffles = False
     state_attr = "_online_state"
     split_merge = True
     distributed = True
 
-    def fit(
-        self,
-        data: DataSource,
-        params: MixtureParams,
-        settings: FitSettings,
-        *,
-        shift: Tensor,
-        scale: float,
-        generator: torch.Generator,
-        callback: Callback,
-        resume: dict[str, Any] | None = None,
-        on_safe_point: SafePoint | None = None,
-        lower_bound: float = -math.inf,
-    ) -> tuple[FitResult, Any]:
-        result = fit_em(
-            data,
-            params,
-            covariance_type=settings.covariance_type,
-            reg_covar=settings.reg_covar,
-            tol=settings.tol,
-            max_iter=settings.max_iter,
-            shift=shift,
-            batch_size=settings.batch_size,
-            lower_bound=lower_bound,
-            callback=callback,
-            resume=resume,
-            on_safe_point=on_safe_point,
-        )
-        return result, None
-
     def partial_step(
         self, state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, *, shift: Tensor, scale: float
     ) -> tuple[Any, MixtureParams, float]:
-        return _online_partial_step(state, x, params, settings, shift)
+        state = state if state is not None else init_state(params, settings.covariance_type, shift)
+        state, new, loglik = online_step(
+            state,
+            x,
+            params,
+            covariance_type=settings.covariance_type,
+            reg_covar=settings.reg_covar,
+            shift=shift,
+            compute_dtype=x.dtype,
+        )
+        return state, new, float(loglik) / x.shape[0]
 
 
-class OnlineEM:
+class BatchEM(_OnlineSteps):
+    """Batch EM (:func:`~implicit_em.mixture._em.fit_em`); ``partial_fit`` takes online-EM steps."""
+
+    unit = "iter"
+    default_batch_size = DEFAULT_BATCH_SIZE["em"]
+    shuffles = False
+
+    def fit(self, data: DataSource, params: MixtureParams, settings: FitSettings, run: Run) -> tuple[FitResult, Any]:
+        return fit_em(data, params, settings, shift=run.shift, lower_bound=run.lower_bound, **run.hooks()), None
+
+
+class OnlineEM(_OnlineSteps):
     """Online EM on mini-batches, then one exact EM iteration
     (:func:`~implicit_em.mixture._online_em.fit_online_em`)."""
 
     unit = "epoch"
-    default_batch_size = _MINI_BATCH
+    default_batch_size = DEFAULT_BATCH_SIZE["online_em"]
     shuffles = True
-    state_attr = "_online_state"
-    split_merge = True
-    distributed = True
 
-    def fit(
-        self,
-        data: DataSource,
-        params: MixtureParams,
-        settings: FitSettings,
-        *,
-        shift: Tensor,
-        scale: float,
-        generator: torch.Generator,
-        callback: Callback,
-        resume: dict[str, Any] | None = None,
-        on_safe_point: SafePoint | None = None,
-        lower_bound: float = -math.inf,
-    ) -> tuple[FitResult, Any]:
-        return fit_online_em(
-            data,
-            params,
-            covariance_type=settings.covariance_type,
-            reg_covar=settings.reg_covar,
-            tol=settings.tol,
-            max_iter=settings.max_iter,
-            shift=shift,
-            batch_size=settings.batch_size,
-            generator=generator,
-            callback=callback,
-            resume=resume,
-            on_safe_point=on_safe_point,
-        )
-
-    def partial_step(
-        self, state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, *, shift: Tensor, scale: float
-    ) -> tuple[Any, MixtureParams, float]:
-        return _online_partial_step(state, x, params, settings, shift)
+    def fit(self, data: DataSource, params: MixtureParams, settings: FitSettings, run: Run) -> tuple[FitResult, Any]:
+        return fit_online_em(data, params, settings, shift=run.shift, generator=run.generator, **run.hooks())
 
 
 class GradientDescent:
@@ -327,10 +228,7 @@ class GradientDescent:
     becomes an exact pass over the data afterwards (with the volume term; without it the objective is kept)."""
 
     unit = "epoch"
-    #: 8192 rows (issue 14): half the steps of 4096 per pass, each with the same fixed cost (score matrix,
-    #: backward, Adam: ~0.3 ms at D = K = 16), for the same held-out log-likelihood at N = 1e6; data of at most
-    #: 4096 rows (iris, wine, breast cancer, digits) take one full-batch step either way
-    default_batch_size = 2 * _MINI_BATCH
+    default_batch_size = DEFAULT_BATCH_SIZE["gd"]
     shuffles = True
     state_attr = "_gd_state"
     split_merge = False
@@ -349,42 +247,25 @@ class GradientDescent:
         "lr_halvings": 1,
     }
 
-    def fit(
-        self,
-        data: DataSource,
-        params: MixtureParams,
-        settings: FitSettings,
-        *,
-        shift: Tensor,
-        scale: float,
-        generator: torch.Generator,
-        callback: Callback,
-        resume: dict[str, Any] | None = None,
-        on_safe_point: SafePoint | None = None,
-        lower_bound: float = -math.inf,
-    ) -> tuple[FitResult, Any]:
+    def _settings(self, settings: FitSettings) -> FitSettings:
+        """The settings gd runs with: reg_covar's penalty is the schedule's (the one before it had none)."""
+        return settings if self.schedule else replace(settings, reg_covar=0.0)
+
+    def fit(self, data: DataSource, params: MixtureParams, settings: FitSettings, run: Run) -> tuple[FitResult, Any]:
         result, state = fit_gd(
             data,
             params,
-            covariance_type=settings.covariance_type,
-            tol=settings.tol,
-            max_iter=settings.max_iter,
-            shift=shift,
-            scale=scale,
-            batch_size=settings.batch_size,
-            generator=generator,
-            learning_rate=settings.learning_rate,
-            optimizer=settings.optimizer,
-            volume=settings.volume,
-            callback=callback,
-            resume=resume,
-            on_safe_point=on_safe_point,
+            self._settings(settings),
+            shift=run.shift,
+            scale=run.scale,
+            generator=run.generator,
+            **run.hooks(),
             **self.schedule,
-            **({"reg_covar": settings.reg_covar} if self.schedule else {}),  # type: ignore[arg-type]  # its penalty
         )
         if not settings.volume:
             return result, state
-        return result._replace(lower_bound=_mean_loglik(data, result.params, settings.covariance_type, shift)), state
+        exact = _mean_loglik(data, result.params, settings.covariance_type, run.shift)
+        return result._replace(lower_bound=exact), state
 
     def partial_step(
         self, state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, *, shift: Tensor, scale: float
@@ -394,8 +275,7 @@ class GradientDescent:
                 params, settings.covariance_type, shift, scale, settings.learning_rate, settings.optimizer
             )
         coords = state.scale if state.scale is not None else scale  # the coordinates the state steps in
-        reg_covar = settings.reg_covar if self.schedule else 0.0  # as in fit: the schedule before issue 14 had none
-        loglik = gd_step(state, x, shift, coords, settings.volume, reg_covar)
+        loglik = gd_step(state, x, shift, coords, settings.volume, self._settings(settings).reg_covar)
         return state, state_params(state, settings.covariance_type, shift, coords), loglik
 
 
@@ -404,16 +284,10 @@ FITTERS = tuple(REGISTRY)
 
 
 def _mean_loglik(data: DataSource, params: MixtureParams, covariance_type: str, shift: Tensor) -> float:
-    """The exact mean log-likelihood of the data, one chunked pass (over every shard in a process group); in
-    float32 the fused pass without its statistics GEMM (``_fused.fused_pass_loglik``)."""
+    """The exact mean log-likelihood of the data, one chunked pass (``_estep.pass_loglik``; over every shard in
+    a process group)."""
     a = _stats.score_matrix(params, covariance_type, shift).to(data.dtype)
-    if a.dtype == torch.float32:
-        total, n = fused_pass_loglik(data.batches(CHUNK), a, shift, lookahead=data.kind != "iterable")
-    else:
-        total, n = 0.0, 0
-        for x in data.batches(CHUNK):
-            total += float(_stats.log_normalize(_stats.weighted_log_prob(x, a, shift).T)[1].double().sum())
-            n += x.shape[0]
+    total, n = pass_loglik(data.batches(CHUNK), a, shift, lookahead=data.kind != "iterable")
     if data.layout is not None:  # a process group: the sums over every process's shard
         sums = _distributed.all_reduce_sum(torch.tensor([total, float(n)], dtype=torch.float64, device=a.device))
         total, n = float(sums[0]), int(sums[1])

@@ -27,9 +27,10 @@ from implicit_em.gaussian import COVARIANCE_TYPES
 from implicit_em.mixture import _checkpoint, _distributed, _interrupt, _starts, _stats, _validation
 from implicit_em.mixture._data import DataSource, is_batch_list, tensor_output
 from implicit_em.mixture._em import FitResult
-from implicit_em.mixture._fitting import CHUNK as _CHUNK
-from implicit_em.mixture._fitting import FITTERS, REGISTRY, FitSettings, History
+from implicit_em.mixture._fitting import FITTERS, REGISTRY, History
 from implicit_em.mixture._init import INIT_PARAMS, initial_assignment
+from implicit_em.mixture._settings import CHUNK as _CHUNK
+from implicit_em.mixture._settings import FitSettings
 from implicit_em.mixture._split_merge import fit_split_merge
 from implicit_em.mixture._stats import MixtureParams
 
@@ -423,17 +424,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         seed = int(rng.get_state()[1][0])  # type: ignore[index]
         sample = data.sample(_SPLIT_MERGE_SAMPLE, np.random.RandomState(seed))  # global in a process group
         best, self.n_split_merge_accepted_ = fit_split_merge(
-            data,
-            result,
-            sample,
-            n_trials=settings.split_merge,
-            covariance_type=settings.covariance_type,
-            reg_covar=settings.reg_covar,
-            tol=settings.tol,
-            max_iter=settings.max_iter,
-            shift=shift,
-            batch_size=_CHUNK,
-            callback=history.split_merge,
+            data, result, sample, settings, shift=shift, batch_size=_CHUNK, callback=history.split_merge
         )
         return best
 

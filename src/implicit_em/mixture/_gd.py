@@ -47,6 +47,7 @@ from implicit_em.mixture._em import Callback, FitResult, SafePoint
 from implicit_em.mixture._epochs import EpochPosition, epoch_batches
 from implicit_em.mixture._gd_fast import FastStep
 from implicit_em.mixture._interrupt import FitInterrupted
+from implicit_em.mixture._settings import FitSettings
 from implicit_em.mixture._stats import (
     MixtureParams,
     log_normalize,
@@ -251,17 +252,11 @@ def state_params(state: GDState, covariance_type: str, shift: Float[Tensor, " d"
 def fit_gd(
     data: DataSource,
     params: MixtureParams,
+    settings: FitSettings,
     *,
-    covariance_type: str,
-    tol: float,
-    max_iter: int,
     shift: Float[Tensor, " d"],
     scale: float,
-    batch_size: int,
     generator: torch.Generator,
-    learning_rate: float,
-    optimizer: str,
-    volume: bool = True,
     state: GDState | None = None,
     callback: Callback | None = None,
     resume: dict[str, Any] | None = None,
@@ -269,10 +264,11 @@ def fit_gd(
     min_steps: int = 1,
     per_feature_scale: bool = False,
     average: bool = False,
-    reg_covar: float = 0.0,
     lr_halvings: int = LR_HALVINGS,
 ) -> tuple[FitResult, GDState]:
-    """Epochs of mini-batch gradient descent with the learning rate halved on plateaus.
+    """Epochs of mini-batch gradient descent with the learning rate halved on plateaus; ``settings`` gives
+    ``covariance_type``, ``tol``, ``max_iter``, ``batch_size``, ``learning_rate``, ``optimizer``, ``volume`` and
+    ``reg_covar``.
 
     An epoch whose mean objective improves by less than ``tol`` on the previous one (or gets worse) halves the
     learning rate (as ``torch.optim.lr_scheduler.ReduceLROnPlateau(factor=0.5, patience=0)``); the fit has
@@ -284,9 +280,10 @@ def fit_gd(
     makes an epoch whole passes until it has that many steps (with N <= batch_size an epoch was one full-batch
     step, and 100 epochs too few); ``per_feature_scale`` steps in whitened coordinates (:func:`feature_scale`,
     unless ``state`` is given: then the caller's ``scale``); ``average`` ends at the mean of the last epoch's
-    iterates (:class:`_EpochAverage`); ``reg_covar`` > 0 adds to every step the gradient of the penalty whose
-    stationary points are EM-with-reg_covar's fixed points (:func:`_reg_covar_backward`); ``lr_halvings``
-    (the estimator: 1) is the halvings before the plateau that stops the fit. ``n_iter`` counts epochs, at
+    iterates (:class:`_EpochAverage`); ``lr_halvings`` (the estimator: 1) is the halvings before the plateau
+    that stops the fit. ``settings.reg_covar`` > 0 adds to every step the gradient of the penalty whose
+    stationary points are EM-with-reg_covar's fixed points (:func:`_reg_covar_backward`; the schedule before
+    issue 14 had none: pass ``reg_covar=0``). ``n_iter`` counts epochs, at
     most ``max_iter``.
 
     ``lower_bound`` of the result is the last epoch's mean objective (a running average over the epoch, not
@@ -294,6 +291,14 @@ def fit_gd(
     every epoch that did not converge; ``resume`` takes such a snapshot, or the one a
     :class:`~implicit_em.mixture._interrupt.FitInterrupted` carries (after any step).
     """
+    covariance_type, tol, max_iter, batch_size = (
+        settings.covariance_type,
+        settings.tol,
+        settings.max_iter,
+        settings.batch_size,
+    )
+    volume, reg_covar = settings.volume, settings.reg_covar
+    learning_rate, optimizer = settings.learning_rate, settings.optimizer
     coords: Scale = scale
     if state is None:
         coords = feature_scale(data, shift, scale, covariance_type) if per_feature_scale else scale

@@ -21,6 +21,7 @@ resumes it with the same numbers, bitwise on CPU, as a run that was never stoppe
 
 import math
 import time
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
@@ -31,16 +32,10 @@ from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
 from implicit_em.mixture._epochs import EpochPosition, epoch_batches
-from implicit_em.mixture._fused import BatchSummarizer
+from implicit_em.mixture._estep import Summarizer
 from implicit_em.mixture._interrupt import FitInterrupted
-from implicit_em.mixture._stats import (
-    MixtureParams,
-    Summary,
-    expected_summary,
-    from_summaries,
-    score_matrix,
-    summarize,
-)
+from implicit_em.mixture._settings import CHUNK, FitSettings
+from implicit_em.mixture._stats import MixtureParams, Summary, expected_summary, from_summaries, score_matrix
 
 
 class OnlineState(NamedTuple):
@@ -66,37 +61,15 @@ def online_step(
     compute_dtype: torch.dtype,
     step_offset: float = 2.0,
     step_power: float = 0.5,
-    summarizer: BatchSummarizer | None = None,
+    summarizer: Summarizer | None = None,
 ) -> tuple[OnlineState, MixtureParams, Float[Tensor, ""]]:
     """One stochastic EM step on batch x: returns the new state, the new parameters and Σ_i log p(x_i) (float64).
-    ``summarizer`` (the fit's, for float32; see :func:`batch_summary`) keeps the E-step's buffers across steps."""
+    ``summarizer``: the fit's E-step (:class:`~implicit_em.mixture._estep.Summarizer`), whose buffers are kept
+    across steps; by default one for this batch."""
     a = score_matrix(params, covariance_type, shift).to(compute_dtype)
-    batch = batch_summary(x, a, shift, summarizer)
+    batch = (summarizer or Summarizer.for_batch(x, a))(x, a, shift)
     state, new = _update(state, batch, params, covariance_type, reg_covar, shift, step_offset, step_power)
     return state, new, batch.loglik
-
-
-def make_summarizer(
-    rows: int, n_features: int, n_components: int, compute_dtype: torch.dtype, device: torch.device
-) -> BatchSummarizer | None:
-    """The fused E-step for float32 mini-batches of up to ``rows`` rows (equal to ``summarize``'s to float32
-    round-off, with fewer operations and no buffer allocated per step); None for float64, which keeps
-    ``summarize``, bitwise as before issue 14's fifth session."""
-    if compute_dtype != torch.float32:
-        return None
-    return BatchSummarizer(rows, n_features, n_components, compute_dtype, device)
-
-
-def batch_summary(
-    x: Float[Tensor, "b d"], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"], summarizer: BatchSummarizer | None
-) -> Summary:
-    """The statistics of batch x under the score matrix a (P, K): through the fit's ``summarizer``, or one made
-    for this batch (:func:`make_summarizer`)."""
-    if summarizer is None:
-        summarizer = make_summarizer(x.shape[0], x.shape[1], a.shape[1], a.dtype, a.device)
-    if summarizer is None:
-        return summarize(x, a, shift)[0]
-    return summarizer(x, a, shift)
 
 
 def _update(
@@ -126,7 +99,7 @@ def group_online_step(
     reg_covar: float,
     shift: Float[Tensor, " d"],
     compute_dtype: torch.dtype,
-    summarizer: BatchSummarizer | None = None,
+    summarizer: Summarizer | None = None,
 ) -> tuple[OnlineState, MixtureParams, float, int] | None:
     """One global step in a process group: x is this process's part of the global batch (possibly empty), the
     statistics of every part are summed by one all-reduce (which also carries a pending interrupt: every
@@ -135,7 +108,8 @@ def group_online_step(
     the global batch is empty (the streams of every process are exhausted: the epoch is over)."""
     k, d = params.means.shape
     if x.shape[0] > 0:
-        batch = batch_summary(x, score_matrix(params, covariance_type, shift).to(compute_dtype), shift, summarizer)
+        a = score_matrix(params, covariance_type, shift).to(compute_dtype)
+        batch = (summarizer or Summarizer.for_batch(x, a))(x, a, shift)
     else:
         batch = _distributed.zero_summary(k, d, params.means.device)
     batch, stop = _distributed.all_reduce_pass(batch, _interrupt.requested())
@@ -151,13 +125,9 @@ def group_online_step(
 def fit_online_em(
     data: DataSource,
     params: MixtureParams,
+    settings: FitSettings,
     *,
-    covariance_type: str,
-    reg_covar: float,
-    tol: float,
-    max_iter: int,
     shift: Float[Tensor, " d"],
-    batch_size: int,
     generator: torch.Generator,
     state: OnlineState | None = None,
     final_em_steps: int = 1,
@@ -165,15 +135,23 @@ def fit_online_em(
     resume: dict[str, Any] | None = None,
     on_safe_point: SafePoint | None = None,
 ) -> tuple[FitResult, OnlineState]:
-    """Epochs of online EM until the epoch's mean train log-likelihood changes by less than ``tol``, then
-    ``final_em_steps`` exact EM iterations. ``max_iter`` bounds the stochastic epochs, and ``n_iter`` of the
-    result counts them (at most ``max_iter``; the exact iterations are not counted, as sklearn's ``n_iter_``
-    counts only what ``max_iter`` bounds); ``lower_bound`` is the exact iteration's. ``max_iter=0`` returns
-    ``params`` unchanged (lower bound -inf), as sklearn does.
+    """Epochs of online EM on mini-batches of ``batch_size`` rows (read from ``settings``, as
+    ``covariance_type``, ``reg_covar``, ``tol`` and ``max_iter``) until the epoch's mean train log-likelihood
+    changes by less than ``tol``, then ``final_em_steps`` exact EM iterations. ``max_iter`` bounds the
+    stochastic epochs, and ``n_iter`` of the result counts them (at most ``max_iter``; the exact iterations are
+    not counted, as sklearn's ``n_iter_`` counts only what ``max_iter`` bounds); ``lower_bound`` is the exact
+    iteration's. ``max_iter=0`` returns ``params`` unchanged (lower bound -inf), as sklearn does.
 
     ``on_safe_point(epochs, snapshot)`` follows every epoch that did not converge; ``resume`` takes such a
     snapshot, or the one a :class:`~implicit_em.mixture._interrupt.FitInterrupted` carries (after any step).
     """
+    covariance_type, reg_covar, tol, max_iter = (
+        settings.covariance_type,
+        settings.reg_covar,
+        settings.tol,
+        settings.max_iter,
+    )
+    batch_size = settings.batch_size
     online = state if state is not None else init_state(params, covariance_type, shift)
     if max_iter == 0:
         return FitResult(params, 0, -math.inf, False, False), online
@@ -182,7 +160,7 @@ def fit_online_em(
         params, online, pos, done = _from_snapshot(resume, generator)
     in_group = data.layout is not None  # a process group: one global step per mini-batch
     k, d = params.means.shape
-    summarizer = make_summarizer(batch_size, d, k, data.dtype, data.device)  # one per fit: buffers reused
+    summarizer = Summarizer(batch_size, d, k, data.dtype, data.device)  # one per fit: buffers reused
 
     def snapshot() -> dict[str, Any]:
         return _snapshot(params, online, pos, done, generator)
@@ -235,18 +213,8 @@ def fit_online_em(
             raise FitInterrupted(FitResult(params, pos.epoch, pos.prev, False, True), online, snapshot()) from None
         done = True
         try:
-            result = fit_em(
-                data,
-                params,
-                covariance_type=covariance_type,
-                reg_covar=reg_covar,
-                tol=tol,
-                max_iter=final_em_steps,
-                shift=shift,
-                batch_size=max(batch_size, 16384),
-                lower_bound=pos.prev,
-                callback=callback,
-            )
+            exact = replace(settings, max_iter=final_em_steps, batch_size=max(batch_size, CHUNK))
+            result = fit_em(data, params, exact, shift=shift, lower_bound=pos.prev, callback=callback)
         except FitInterrupted as stop:  # resumes by running the exact iteration again
             kept = stop.result._replace(n_iter=pos.epoch)
             raise FitInterrupted(kept, online, snapshot()) from None

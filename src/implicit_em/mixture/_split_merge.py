@@ -16,6 +16,7 @@ each trial is a full EM run, so the cost is (trials) × (one EM run). An interru
 """
 
 import math
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -27,6 +28,7 @@ from implicit_em.mixture import _distributed, _stats
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, fit_em
 from implicit_em.mixture._interrupt import FitInterrupted
+from implicit_em.mixture._settings import FitSettings
 from implicit_em.mixture._stats import MixtureParams
 
 
@@ -97,12 +99,8 @@ def two_gaussians(
     fit = fit_em(
         data,
         params,
-        covariance_type="full",
-        reg_covar=reg_covar,
-        tol=tol,
-        max_iter=max_iter,
+        FitSettings(covariance_type="full", reg_covar=reg_covar, tol=tol, max_iter=max_iter, batch_size=n),
         shift=mean,
-        batch_size=n,
         sync=False,  # a local fit on one process's sample, never summed across processes
         interruptible=False,  # part of choosing a move (on rank 0 alone): a SIGINT is acted on in the trials
     )
@@ -158,18 +156,15 @@ def fit_split_merge(
     data: DataSource,
     result: FitResult,
     sample: Float[Tensor, "n d"],
+    settings: FitSettings,
     *,
-    n_trials: int,
-    covariance_type: str,
-    reg_covar: float,
-    tol: float,
-    max_iter: int,
     shift: Float[Tensor, " d"],
     batch_size: int,
     callback: Callback | None = None,
 ) -> tuple[FitResult, int]:
-    """Up to ``n_trials`` split-and-merge trials after a converged EM result; returns the best result and the
-    number of accepted moves.
+    """Up to ``settings.split_merge`` split-and-merge trials after a converged EM result, each an EM run with the
+    fit's ``covariance_type``, ``reg_covar``, ``tol`` and ``max_iter`` in chunks of ``batch_size`` rows; returns
+    the best result and the number of accepted moves.
 
     The best result is one EM run, as sklearn's ``n_iter_`` and ``lower_bounds_`` describe one run: ``result``
     itself, or the EM run after the last accepted move, with its own ``n_iter`` (at most ``max_iter``) and its
@@ -178,6 +173,8 @@ def fit_split_merge(
     """
     if params_too_few(result.params):
         return result, 0
+    covariance_type, tol, n_trials = settings.covariance_type, settings.tol, settings.split_merge
+    trial_settings = replace(settings, batch_size=batch_size)
     accepted, trials = 0, 0
     best = result
     bounds: list[float] = []
@@ -197,17 +194,8 @@ def fit_split_merge(
             trials += 1
             bounds.clear()
             try:
-                trial = fit_em(
-                    data,
-                    apply_move(best.params, move, covariance_type),
-                    covariance_type=covariance_type,
-                    reg_covar=reg_covar,
-                    tol=tol,
-                    max_iter=max_iter,
-                    shift=shift,
-                    batch_size=batch_size,
-                    callback=record,
-                )
+                start = apply_move(best.params, move, covariance_type)
+                trial = fit_em(data, start, trial_settings, shift=shift, callback=record)
             except FitInterrupted:
                 raise FitInterrupted(best._replace(interrupted=True, converged=False), None, None) from None
             if trial.lower_bound > best.lower_bound + tol:

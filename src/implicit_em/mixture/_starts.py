@@ -18,9 +18,10 @@ import torch
 from implicit_em.mixture import _checkpoint, _distributed
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import FitResult
-from implicit_em.mixture._fitting import FitSettings, Fitter, History
+from implicit_em.mixture._fitting import Fitter, History, Run
 from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._online_em import OnlineState
+from implicit_em.mixture._settings import FitSettings
 from implicit_em.mixture._stats import MixtureParams, Summary
 
 __all__ = ["Starts"]
@@ -112,18 +113,16 @@ class Starts:
         assert progress.generator is not None
         verbose = settings.verbose if _distributed.rank() == 0 else 0
         with history.progress(verbose, settings.max_iter, settings.fitter, fitter.unit, settings.verbose_interval):
-            result, state = fitter.fit(
-                self.data,
-                params,
-                settings,
-                shift=progress.shift,
-                scale=progress.scale,
-                generator=progress.generator,
-                callback=history.epoch,
-                resume=resume,
-                on_safe_point=hook,
-                lower_bound=-math.inf if self.do_init else float(self.est.lower_bound_),  # sklearn's warm start
+            run = Run(
+                progress.shift,
+                progress.scale,
+                progress.generator,
+                history.epoch,
+                resume,
+                hook,
+                -math.inf if self.do_init else float(self.est.lower_bound_),  # sklearn's warm start
             )
+            result, state = fitter.fit(self.data, params, settings, run)
         if state is not None:
             setattr(self.est, fitter.state_attr, state)
         return _with_lower_bounds(result, history)
