@@ -197,14 +197,16 @@ def test_resume_after_sigkill_equals_the_uninterrupted_fit(
 def test_resume_after_repeated_sigkills_equals_the_uninterrupted_fit(
     fitter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Killed four times (each child resumes from the last one's checkpoint and dies 1-10 writes on; every fit
-    here writes more than 40), then resumed here."""
+    """Killed four times (each child resumes from the last one's checkpoint and dies 1 to n/5 writes on, n the
+    writes of the whole fit, so every kill comes before the end), then resumed here. (It asked for more than 40
+    writes and 1-10 a kill; gd's schedule of issue 14 converges in fewer epochs, 15 writes here.)"""
     reference = fit(fitter)
-    assert _writes(fitter, 1, tmp_path, monkeypatch) > 40
+    n = _writes(fitter, 1, tmp_path, monkeypatch)
+    assert n >= 10  # at least two writes a kill
     rnd = random.Random(f"repeated {fitter}")
     path = tmp_path / "fit.ckpt"
     for _ in range(4):
         mode = rnd.choice(["before", "during", "after"])
-        assert _killed_child(fitter, path, 1, rnd.randint(1, 10), mode, tmp_path) == "killed"
+        assert _killed_child(fitter, path, 1, rnd.randint(1, n // 5), mode, tmp_path) == "killed"
     _assert_same_fit(fit(fitter, checkpoint=path, checkpoint_every=1), reference)
     assert not path.exists()
