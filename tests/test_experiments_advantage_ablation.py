@@ -394,6 +394,25 @@ def test_verdict_combines_the_tasks() -> None:
     assert aa._decide({"bijection": "necessary", "sticky": "between"}) == "PARTIAL"
 
 
+def test_the_quick_verdict_is_the_sticky_testbeds_and_the_full_one_reads_both_tasks() -> None:
+    """At quick size the bijection (V = 6, another task than the full size's V = 20) is reported, not deciding: its
+    falsifier or its failed gate does not move the quick verdict, and does move the full one (the same criteria)."""
+    quick, full = aa.Config.quick(), aa.Config.full()
+    assert quick.deciding_tasks() == ("sticky",) and full.deciding_tasks() == aa.TASKS
+    good = {"init": FLAT, "A": GOOD, "B": FLAT, "D": FLAT}
+    between = aa._task_criteria("t", _planted(0.01, 0.05, 0.6, good), quick)
+    falsifier = aa._task_criteria("t", _planted(0.01, 0.015, 0.6, {**good, "B": GOOD}), quick)
+    not_tracking = aa._task_criteria("t", _planted(0.5, 5.0, 6.0, good), quick)
+    for bijection, at_full in ((falsifier, "REFUTED"), (not_tracking, "UNDECIDED"), (between, "PARTIAL")):
+        tasks = {"bijection": bijection, "sticky": between}
+        assert aa._verdict({t: tasks[t] for t in quick.deciding_tasks()}, [])[0] == "PARTIAL"
+        assert aa._verdict({t: tasks[t] for t in full.deciding_tasks()}, [])[0] == at_full
+    # the sticky half still decides the quick verdict: its falsifier or its failed gate moves it
+    for sticky, expected in ((falsifier, "REFUTED"), (not_tracking, "UNDECIDED")):
+        tasks = {"bijection": between, "sticky": sticky}
+        assert aa._verdict({t: tasks[t] for t in quick.deciding_tasks()}, [])[0] == expected
+
+
 def test_a_failed_gate_on_either_task_makes_the_verdict_undecided() -> None:
     cfg = aa.Config.quick()
     good = {"init": FLAT, "A": GOOD, "B": FLAT, "D": FLAT}
@@ -429,6 +448,11 @@ def test_a_non_tracking_sticky_arm_a_gives_undecided_end_to_end(smoke: Any) -> N
     failed = [c.metric for c in smoke.criteria if c.role == "gate" and not c.passed]
     assert any(c.startswith("sticky: max over seeds of KL_A") for c in failed)
     assert smoke.summary.startswith("Undecided: a gate failed")
+    # the quick bijection is reported, not deciding: its criteria are not the verdict's, its outcome is recorded
+    assert m["deciding_tasks"] == ["sticky"] and m["outcome_bijection"] in ("necessary", "falsifier", "between",
+                                                                             "undecided")  # fmt: skip
+    assert not any(c.metric.startswith("bijection:") and c.role != "identity" for c in smoke.criteria)
+    assert "bijection, reported (not deciding at this size)" in smoke.summary
     # the identities hold and are reported as such, not as evidence
     ids = [c for c in smoke.criteria if c.role == "identity"]
     assert len(ids) == 12 and all(c.passed for c in ids)  # 4 Function checks, 3 frozen-B, 5 read-out identities
@@ -443,7 +467,10 @@ def test_a_non_tracking_sticky_arm_a_gives_undecided_end_to_end(smoke: Any) -> N
 
 
 def test_replacing_arm_a_by_a_non_tracking_one_gives_undecided() -> None:
-    """The quick bijection's own arms, with arm A's record replaced by the untrained model's: UNDECIDED."""
+    """The quick bijection's own arms, with arm A's record replaced by the untrained model's: UNDECIDED. (The quick
+    bijection does not decide the quick verdict; this exercises the bijection's gate, which decides at full size, on
+    a real training run; the sticky half's is in ``test_planted_sticky_arms_move_the_verdict`` and end to end in
+    ``test_a_non_tracking_sticky_arm_a_gives_undecided_end_to_end``.)"""
     cfg = SMOKE
     seed = aa._bijection_seed(cfg, 0)
     runs = {k: [seed[k]] for k in ("init", *aa.ARMS)}
@@ -555,6 +582,12 @@ def test_quick_run_controls_hold_and_arm_a_tracks(quick: Any) -> None:
     assert m["bijection_no_context_kl"] == pytest.approx(floor, rel=1e-12)
     assert m["outcome_bijection"] in ("necessary", "falsifier", "between", "undecided")
     assert len(m["bijection_A_kl_per_seed"]) == cfg.n_seeds
+    # the verdict is the sticky testbed's alone (the bijection reported): recomputed from its outcome and gates
+    assert m["deciding_tasks"] == ["sticky"]
+    sticky_gates = [c for c in quick.criteria if c.role == "gate"]
+    assert sticky_gates and all(c.metric.startswith("sticky:") for c in sticky_gates)
+    expected = aa._decide({"sticky": m["outcome_sticky"]})
+    assert quick.verdict == (expected if all(c.passed for c in sticky_gates) else "UNDECIDED")
     # the one-head setting is reported and, as documented, does not track
     assert m["onehead_A_tracks"] == "no"
     assert quick.figures and all(c.metric for c in quick.criteria)
@@ -572,7 +605,7 @@ def test_quick_run_arms_differ_where_the_surgery_differs(quick: Any) -> None:
 
 def test_full_config_is_the_issue_setting() -> None:
     full = aa.Config.full()
-    assert full.n_symbols == 20 and full.n_seeds >= 5
+    assert full.n_symbols == 20 and full.n_seeds >= 5 and full.bijection_deciding
     assert (full.ratio_necessary, full.ratio_falsifier, full.learned_fraction) == (10.0, 2.0, 0.1)
     assert (full.onehead_stay, full.onehead_noise) == (0.8, 3.0)  # the pre-issue-25 one-head setting, reported
     tb = full.testbed()
