@@ -534,7 +534,6 @@ def _sticky_task(cfg: aa.Config, seed: dict[str, Any], b: dict[str, Any], d: dic
     return aa._task_criteria("sticky", m, cfg)
 
 
-@pytest.mark.slow
 def test_planted_sticky_arms_move_the_verdict(sticky_a: Any) -> None:
     """Planted effects on the testbed's real arm A (quick, seed 0): ablation arms that keep A's model (training with
     the exact gradient from the same init and stream gives A bitwise) read as the falsifier, REFUTED beside a
@@ -567,7 +566,6 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return aa.run(aa.Config.quick(), Context(tmp_path_factory.mktemp("advantage_ablation")))
 
 
-@pytest.mark.slow
 def test_quick_run_controls_hold_and_arm_a_tracks(quick: Any) -> None:
     m, cfg = quick.metrics, aa.Config.quick()
     for key in ("exact_vs_autograd", "no_baseline_minus_exact", "zero", "permuted_vs_exact"):
@@ -593,7 +591,6 @@ def test_quick_run_controls_hold_and_arm_a_tracks(quick: Any) -> None:
     assert quick.figures and all(c.metric for c in quick.criteria)
 
 
-@pytest.mark.slow
 def test_quick_run_arms_differ_where_the_surgery_differs(quick: Any) -> None:
     m = quick.metrics
     # same init, data and steps: if the surgery did nothing, every arm would end at A's numbers
