@@ -216,6 +216,7 @@ __all__ = [
     "run",
     "same_radius",
     "score",
+    "shrunk",
     "theta_gap",
     "unpack",
     "value",
