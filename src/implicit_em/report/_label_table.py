@@ -174,6 +174,7 @@ UNITS: dict[str, list[tuple[str, str]]] = {
     ],
     "advantage_ablation": [
         (r"_manifold$", "verdict"),
+        (r"^deciding_tasks$", "task names"),
         (r"(readout|value)(_sd|_gain|_gain_sd|_mean|_per_seed)?$|^sticky_(chance|aligned_threshold)$", "mean cos²"),
         (r"plateau_in_bars|track_ratio", "ratio"),
         (r"plateau_change", "relative"),
@@ -322,6 +323,7 @@ PHRASES: dict[str, dict[str, str]] = {
     },
     "advantage_ablation": {
         "A": "arm A", "B": "arm B", "C": "arm C", "D": "arm D", "over_A": "relative to arm A",
+        "deciding_tasks": "tasks whose reading decides the verdict (the others are reported)",
         "qk_change": "max change of $W_{Q}$, $W_{K}$", "outcome": "outcome", "check_exact_vs_autograd":
         "check: exact advantage vs autograd", "check_no_baseline_minus_exact": "check: no-baseline minus exact",
         "check_zero": "check: zero advantage", "check_permuted_vs_exact": "check: permuted vs exact",
