@@ -19,12 +19,18 @@ run. A file that is empty, truncated, not a checkpoint, or holds anything that w
 refused with a :class:`CheckpointError` that names it and says how to start over: never a silent restart.
 """
 
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from implicit_em._runio import load_torch_weights_only
+import torch
+from torch import nn
 
-__all__ = ["START_OVER", "CheckpointError", "load_checkpoint"]
+from implicit_em._runio import load_torch_weights_only, save_torch_atomic
+from implicit_em.windtunnel.config import WindTunnelConfig
+
+__all__ = ["START_OVER", "CheckpointError", "Progress", "load_checkpoint", "restore_checkpoint", "save_checkpoint"]
 
 #: The keys every wind-tunnel checkpoint holds (``loss_sum``/``loss_n``/``cpu`` are absent from older ones).
 REQUIRED_KEYS = ("config", "model", "optimizer", "generator", "history", "step", "elapsed")
@@ -54,3 +60,86 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"{path} is not a wind-tunnel checkpoint (missing keys {missing}); {START_OVER}")
     return state
+
+
+@dataclass
+class Progress:
+    """Where a run stands: what a checkpoint holds beside the weights, the optimiser and the data generator."""
+
+    history: list[dict[str, float]] = field(default_factory=list)
+    step: int = 0
+    elapsed: float = 0.0  # wall seconds of training, summed over every resume
+    cpu: float = 0.0
+    loss_sum: float = 0.0  # the running training loss since the last evaluation (checkpointed: an exact resume)
+    loss_n: int = 0
+    _since: tuple[float, float] = (0.0, 0.0)  # (perf_counter, process_time) when the clock last started
+
+    def start_clock(self) -> None:
+        self._since = (time.perf_counter(), time.process_time())
+
+    def clock(self) -> tuple[float, float]:
+        """Wall and CPU seconds of training so far."""
+        return self.elapsed + time.perf_counter() - self._since[0], self.cpu + time.process_time() - self._since[1]
+
+    def bank_clock(self) -> None:
+        """Add the time since the clock started to ``elapsed`` and ``cpu`` (before a checkpoint saves them)."""
+        self.elapsed, self.cpu = self.clock()
+        self.start_clock()
+
+
+def save_checkpoint(
+    path: Path,
+    config: WindTunnelConfig,
+    progress: Progress,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+) -> None:
+    """Write the checkpoint atomically (the previous one stays whole until the new one is complete)."""
+    state = {
+        "config": config.to_dict(),
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "generator": generator.get_state(),
+        "history": progress.history,
+        "step": progress.step,
+        "loss_sum": progress.loss_sum,
+        "loss_n": progress.loss_n,
+        "elapsed": progress.elapsed,
+        "cpu": progress.cpu,
+    }
+    save_torch_atomic(state, path)
+
+
+def restore_checkpoint(
+    path: Path,
+    config: WindTunnelConfig,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+) -> Progress:
+    """Load a checkpoint (weights only: no code runs) into model, optimiser and data generator.
+
+    Raises:
+        CheckpointError: the file is unusable (:func:`load_checkpoint`), from another configuration, or does not
+            fit the model.
+    """
+    state = load_checkpoint(path)
+    try:
+        same = WindTunnelConfig.from_dict(state["config"]) == config  # fields added later take defaults
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path} holds an invalid configuration ({e}); {START_OVER}") from None
+    if not same:
+        raise CheckpointError(
+            f"{path} was written by a different configuration; use a fresh run_dir (--out), or the "
+            f"configuration in {path.parent / 'config.json'} to resume it"
+        )
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+    except (RuntimeError, KeyError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{path} does not fit this configuration's model ({e}); {START_OVER}") from None
+    # a checkpoint from before the running loss was saved resumes with train_loss averaged over fewer steps
+    loss_sum, loss_n = state.get("loss_sum", 0.0), state.get("loss_n", 0)
+    return Progress(state["history"], state["step"], state["elapsed"], state.get("cpu", 0.0), loss_sum, loss_n)

@@ -24,25 +24,17 @@ import json
 import logging
 import math
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from implicit_em._runio import (
-    DeferSignals,
-    save_torch_atomic,
-    torch_threads,
-    versions,
-    write_json_atomic,
-    write_text_atomic,
-)
+from implicit_em._runio import DeferSignals, torch_threads, versions, write_json_atomic, write_text_atomic
 from implicit_em.objectives import constrained_cross_entropy, independent_sigmoid_bce
-from implicit_em.windtunnel._checkpoint import START_OVER, CheckpointError, load_checkpoint
+from implicit_em.windtunnel._checkpoint import CheckpointError, Progress, restore_checkpoint, save_checkpoint
 from implicit_em.windtunnel.config import WindTunnelConfig
 from implicit_em.windtunnel.metrics import WindTunnelMetrics, evaluate_predictions, predictive
 from implicit_em.windtunnel.models import (
@@ -212,42 +204,53 @@ class NonFiniteLossError(FloatingPointError):
         self.step, self.loss = step, loss
 
 
-class _Resumed(NamedTuple):
-    history: list[dict[str, float]]
-    step: int
-    elapsed: float
-    cpu: float
-    loss_sum: float  # the running training loss since the last evaluation
-    loss_n: int
+class _RunDir:
+    """A run directory (or none): resume from its checkpoint, save to it, say what it kept when a run diverges."""
 
+    def __init__(self, config: WindTunnelConfig, run_dir: str | Path | None) -> None:
+        self.config = config
+        self.path = Path(run_dir) if run_dir is not None else None
+        self.checkpoint = self.path / "checkpoint.pt" if self.path is not None else None
+        self.saved_step: int | None = None  # the step of the checkpoint on disk
 
-def _resume(
-    ckpt_path: Path,
-    config: WindTunnelConfig,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    generator: torch.Generator,
-) -> _Resumed:
-    """Load a checkpoint (weights only: no code runs) into model, optimiser and data generator."""
-    state = load_checkpoint(ckpt_path)
-    try:
-        same = WindTunnelConfig.from_dict(state["config"]) == config  # fields added later take defaults
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{ckpt_path} holds an invalid configuration ({e}); {START_OVER}") from None
-    if not same:
-        raise CheckpointError(
-            f"{ckpt_path} was written by a different configuration; use a fresh run_dir (--out), or the "
-            f"configuration in {ckpt_path.parent / 'config.json'} to resume it"
+    def resume(self, model: nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> Progress:
+        """Create the directory, load its checkpoint when there is one, and (re)write ``config.json``."""
+        if self.path is None or self.checkpoint is None:
+            return Progress()
+        self.path.mkdir(parents=True, exist_ok=True)
+        progress = Progress()
+        if self.checkpoint.exists():
+            progress = restore_checkpoint(self.checkpoint, self.config, model, optimizer, generator)
+            self.saved_step = progress.step
+            logger.info("resumed %s at step %d", self.path, progress.step)
+        write_json_atomic(self.config.to_dict(), self.path / "config.json")
+        return progress
+
+    def save(
+        self, progress: Progress, model: nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator
+    ) -> None:
+        """Checkpoint the run; never save non-finite weights over the last good state."""
+        if self.checkpoint is None:
+            return
+        if not _all_finite(model.parameters()):
+            mean_loss = progress.loss_sum / max(progress.loss_n, 1)
+            raise self.diverged(progress.step, "the weights are not finite", mean_loss)
+        save_checkpoint(self.checkpoint, self.config, progress, model, optimizer, generator)
+        self.saved_step = progress.step
+
+    def diverged(self, at: int, what: str, loss: float) -> NonFiniteLossError:
+        """The error for a run that went non-finite at step ``at``, saying which checkpoint is kept."""
+        if self.checkpoint is None:
+            kept = "nothing was saved (run_dir is None)"
+        elif self.saved_step is None:
+            kept = f"no checkpoint was written before it ({self.checkpoint})"
+        else:
+            kept = f"the last good checkpoint (step {self.saved_step}) is kept in {self.checkpoint}"
+        message = (
+            f"training diverged at step {at}: {what} (loss {loss}, lr {learning_rate(at - 1, self.config):g}); {kept}. "
+            "Lower lr or grad_clip and use a fresh run_dir (--out)"
         )
-    try:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        generator.set_state(state["generator"])
-    except (RuntimeError, KeyError, ValueError, TypeError) as e:
-        raise CheckpointError(f"{ckpt_path} does not fit this configuration's model ({e}); {START_OVER}") from None
-    # a checkpoint from before the running loss was saved resumes with train_loss averaged over fewer steps
-    loss_sum, loss_n = state.get("loss_sum", 0.0), state.get("loss_n", 0)
-    return _Resumed(state["history"], state["step"], state["elapsed"], state.get("cpu", 0.0), loss_sum, loss_n)
+        return NonFiniteLossError(message, at, loss)
 
 
 def _check_run_inputs(config: Any, run_dir: Any, stop_after: Any) -> None:
@@ -306,6 +309,47 @@ def _all_finite(tensors: Any) -> bool:
     return bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all())  # one sync, however many tensors
 
 
+def _optimiser_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, lr: float, step: int, run_dir: _RunDir
+) -> float:
+    """One AdamW step at rate ``lr`` on one batch, ``step`` steps having been done; the batch's loss."""
+    config = run_dir.config
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    logits = model(batch.tokens)[:, batch.positions]  # (B, P, C)
+    if not _all_finite([logits]):  # the losses refuse non-finite logits: say which step it was
+        raise run_dir.diverged(step + 1, "the model's outputs are not finite", math.nan)
+    loss = windtunnel_loss(logits, batch, config.loss)
+    loss_value = loss.item()
+    if not math.isfinite(loss_value):
+        raise run_dir.diverged(step + 1, "the loss is not finite", loss_value)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip))
+    if not math.isfinite(grad_norm):
+        raise run_dir.diverged(step + 1, f"the gradient norm is {grad_norm}", loss_value)
+    optimizer.step()
+    if not _all_finite(model.parameters()):
+        raise run_dir.diverged(step + 1, "the update made the weights non-finite", loss_value)
+    return loss_value
+
+
+def _history_record(progress: Progress, lr: float, metrics: dict[str, WindTunnelMetrics]) -> dict[str, float]:
+    """One evaluation's line of the history, read on the first evaluation set."""
+    first = next(iter(metrics.values()))
+    wall, cpu = progress.clock()
+    return {
+        "step": progress.step,
+        "lr": lr,
+        "train_loss": progress.loss_sum / progress.loss_n,
+        "entropy_mae_per_sample": first.entropy_mae_per_sample,
+        "entropy_mae_mean_curve": first.entropy_mae_mean_curve,
+        "kl": first.kl,
+        "elapsed_s": wall,
+        "cpu_s": cpu,
+    }
+
+
 def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool, stop_after: int | None) -> TrainResult:
     # the task, its fixed evaluation sets, the model and the optimiser
     task, evals = build_tasks(config)
@@ -315,132 +359,60 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     generator = torch.Generator().manual_seed(config.seed)  # draws every training batch
     eval_batches = _eval_sets(config, evals)
-    history: list[dict[str, float]] = []
-    step, elapsed, cpu = 0, 0.0, 0.0
-    loss_sum, loss_n = 0.0, 0  # the training loss since the last evaluation (checkpointed: an exact resume)
     load_start = os.getloadavg()
 
     # the run directory: resume from its checkpoint, (re)write its config
-    run_path = Path(run_dir) if run_dir is not None else None
-    ckpt_path = run_path / "checkpoint.pt" if run_path is not None else None
-    saved_step: int | None = None  # the step of the checkpoint on disk
-    if run_path is not None and ckpt_path is not None:
-        run_path.mkdir(parents=True, exist_ok=True)
-        if ckpt_path.exists():
-            history, step, elapsed, cpu, loss_sum, loss_n = _resume(ckpt_path, config, model, optimizer, generator)
-            saved_step = step
-            logger.info("resumed %s at step %d", run_path, step)
-        write_json_atomic(config.to_dict(), run_path / "config.json")
-
-    def diverged(at: int, what: str, loss: float) -> NonFiniteLossError:
-        if ckpt_path is None:
-            kept = "nothing was saved (run_dir is None)"
-        elif saved_step is None:
-            kept = f"no checkpoint was written before it ({ckpt_path})"
-        else:
-            kept = f"the last good checkpoint (step {saved_step}) is kept in {ckpt_path}"
-        message = (
-            f"training diverged at step {at}: {what} (loss {loss}, lr {learning_rate(at - 1, config):g}); {kept}. "
-            "Lower lr or grad_clip and use a fresh run_dir (--out)"
-        )
-        return NonFiniteLossError(message, at, loss)
-
-    def checkpoint() -> None:
-        nonlocal saved_step
-        if ckpt_path is not None:
-            if not _all_finite(model.parameters()):  # never save non-finite weights over the last good state
-                raise diverged(step, "the weights are not finite", loss_sum / max(loss_n, 1))
-            state = {
-                "config": config.to_dict(),
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "generator": generator.get_state(),
-                "history": history,
-                "step": step,
-                "loss_sum": loss_sum,
-                "loss_n": loss_n,
-                "elapsed": elapsed,
-                "cpu": cpu,
-            }
-            save_torch_atomic(state, ckpt_path)
-            saved_step = step
+    out = _RunDir(config, run_dir)
+    run = out.resume(model, optimizer, generator)
 
     # the loop: one optimiser step per batch, evaluation every eval_every, a checkpoint every checkpoint_every
     model.train()
     last_metrics: dict[str, WindTunnelMetrics] = {}
-    bar = tqdm(total=config.steps, initial=step, disable=not progress, desc=f"{config.task}/{config.model}")
-    t0, c0 = time.perf_counter(), time.process_time()
+    bar = tqdm(total=config.steps, initial=run.step, disable=not progress, desc=f"{config.task}/{config.model}")
+    run.start_clock()
     signals = DeferSignals()
     try:
         with signals:  # Ctrl-C and SIGTERM end the run at a step boundary
-            while step < config.steps and (stop_after is None or step < stop_after) and signals.received is None:
-                lr = learning_rate(step, config)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
+            stop = config.steps if stop_after is None else min(config.steps, stop_after)
+            while run.step < stop and signals.received is None:
+                lr = learning_rate(run.step, config)
                 batch = _to_device(task.sample(config.batch_size, generator), device)
-                logits = model(batch.tokens)[:, batch.positions]  # (B, P, C)
-                if not _all_finite([logits]):  # the losses refuse non-finite logits: say which step it was
-                    raise diverged(step + 1, "the model's outputs are not finite", math.nan)
-                loss = windtunnel_loss(logits, batch, config.loss)
-                loss_value = loss.item()
-                if not math.isfinite(loss_value):
-                    raise diverged(step + 1, "the loss is not finite", loss_value)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip))
-                if not math.isfinite(grad_norm):
-                    raise diverged(step + 1, f"the gradient norm is {grad_norm}", loss_value)
-                optimizer.step()
-                if not _all_finite(model.parameters()):
-                    raise diverged(step + 1, "the update made the weights non-finite", loss_value)
-                step += 1
-                loss_sum, loss_n = loss_sum + loss_value, loss_n + 1
+                loss_value = _optimiser_step(model, optimizer, batch, lr, run.step, out)
+                run.step += 1
+                run.loss_sum, run.loss_n = run.loss_sum + loss_value, run.loss_n + 1
                 bar.update(1)
-                if step % config.eval_every == 0 or step == config.steps:
+                if run.step % config.eval_every == 0 or run.step == config.steps:
                     last_metrics = _evaluate_all(model, eval_batches, config.loss)
-                    first = next(iter(last_metrics.values()))
-                    record = {
-                        "step": step,
-                        "lr": lr,
-                        "train_loss": loss_sum / loss_n,
-                        "entropy_mae_per_sample": first.entropy_mae_per_sample,
-                        "entropy_mae_mean_curve": first.entropy_mae_mean_curve,
-                        "kl": first.kl,
-                        "elapsed_s": elapsed + time.perf_counter() - t0,
-                        "cpu_s": cpu + time.process_time() - c0,
-                    }
+                    record = _history_record(run, lr, last_metrics)
                     bad = _non_finite(last_metrics)
                     if bad:  # the weights are finite but the outputs overflow
-                        raise diverged(step, f"the evaluation is not finite ({bad})", loss_value)
-                    history.append(record)
-                    loss_sum, loss_n = 0.0, 0
-                    bar.set_postfix(mae=f"{first.entropy_mae_per_sample:.4f}", kl=f"{first.kl:.4f}")
-                    logger.info("step %d: %s", step, record)
-                if step % config.checkpoint_every == 0 or step == config.steps:
-                    elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
-                    cpu, c0 = cpu + time.process_time() - c0, time.process_time()
-                    checkpoint()
+                        raise out.diverged(run.step, f"the evaluation is not finite ({bad})", loss_value)
+                    run.history.append(record)
+                    run.loss_sum, run.loss_n = 0.0, 0
+                    bar.set_postfix(mae=f"{record['entropy_mae_per_sample']:.4f}", kl=f"{record['kl']:.4f}")
+                    logger.info("step %d: %s", run.step, record)
+                if run.step % config.checkpoint_every == 0 or run.step == config.steps:
+                    run.bank_clock()
+                    out.save(run, model, optimizer, generator)
     except Exception as error:
         if signals.received is not None:  # an interrupt held during the failed step still reaches the caller
             raise KeyboardInterrupt from error
         raise
     finally:
         bar.close()
-    elapsed += time.perf_counter() - t0
-    cpu += time.process_time() - c0
-    checkpoint()
+    run.bank_clock()
+    out.save(run, model, optimizer, generator)
     if not last_metrics:  # resumed a finished run, or stopped before the first evaluation
         last_metrics = _evaluate_all(model, eval_batches, config.loss)
         if _non_finite(last_metrics):
-            raise diverged(step, f"the evaluation is not finite ({_non_finite(last_metrics)})", math.nan)
+            raise out.diverged(run.step, f"the evaluation is not finite ({_non_finite(last_metrics)})", math.nan)
 
     # the results: metrics.json and curves.png; then a held signal ends the run
-    complete = step >= config.steps
     extra = {
         "oracle": task.oracle_numbers(eval_batches),
         "reference_transformer_params": reference_params,
-        "wall_s": elapsed,
-        "cpu_s": cpu,
+        "wall_s": run.elapsed,
+        "cpu_s": run.cpu,
         "threads": torch.get_num_threads(),
         "device": str(device),
         "loadavg_start": list(load_start),
@@ -448,11 +420,13 @@ def _train(config: WindTunnelConfig, run_dir: str | Path | None, progress: bool,
         "versions": versions(),
         "task_repr": repr(task),
     }
-    result = TrainResult(config, last_metrics, history, count_parameters(model), step, complete, run_path, extra)
-    if run_path is not None:
-        write_run(result, run_path)
+    complete = run.step >= config.steps
+    n_params = count_parameters(model)
+    result = TrainResult(config, last_metrics, run.history, n_params, run.step, complete, out.path, extra)
+    if out.path is not None:
+        write_run(result, out.path)
     if signals.received is not None:  # everything is saved; now let the signal end the run
-        logger.info("interrupted at step %d (signal %d); run again to resume", step, signals.received)
+        logger.info("interrupted at step %d (signal %d); run again to resume", run.step, signals.received)
         raise KeyboardInterrupt
     return result
 
