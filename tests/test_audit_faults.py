@@ -125,7 +125,6 @@ def test_sigkill_at_a_random_moment_then_resume_equals_an_uninterrupted_run(
     _kill_at_random_and_resume(0, tmp_path, reference)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_sigkill_at_more_random_moments(seed: int, tmp_path: Path, reference: dict[str, Any]) -> None:
     _kill_at_random_and_resume(seed, tmp_path, reference)
@@ -160,7 +159,6 @@ def test_sigint_during_an_experiment_that_swallows_it_is_not_recorded_and_the_re
     _interrupt_and_resume("swallow", tmp_path, reference)
 
 
-@pytest.mark.slow
 def test_sigint_during_an_experiment_that_converts_it_is_not_recorded(
     tmp_path: Path, reference: dict[str, Any]
 ) -> None:

@@ -192,7 +192,6 @@ def test_resume_after_sigkill_equals_the_uninterrupted_fit(
     assert not path.exists() and not Path(str(path) + ".tmp").exists()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fitter", list(FITS))
 def test_resume_after_repeated_sigkills_equals_the_uninterrupted_fit(
     fitter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -119,7 +119,6 @@ def test_sigkill_at_a_random_step_then_the_same_command_resumes_exactly(straight
     _kill_and_resume(straight, tmp_path / "run", seeds=[0])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("seeds", [[1], [2, 3], [4, 5, 6]])
 def test_sigkill_repeatedly_then_resume_exactly(straight: Path, tmp_path: Path, seeds: list[int]) -> None:
     _kill_and_resume(straight, tmp_path / "run", seeds)
@@ -142,7 +141,6 @@ def test_sigint_stops_at_a_step_boundary_with_a_checkpoint_and_resumes_exactly(s
     _interrupt_and_resume(straight, tmp_path / "run", signal.SIGINT, seed=10)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 @pytest.mark.parametrize("seed", [11, 12])
 def test_interrupts_at_random_steps_resume_exactly(straight: Path, tmp_path: Path, sig: int, seed: int) -> None:
