@@ -299,6 +299,6 @@ def test_quick_run_is_consistent(result: tuple[Result, Path]) -> None:
     states = {n: m[f"{n}_adam_state"] for n in DECIDING}
     specific = {n: m[f"{n}_adam_specific"]["x10"] for n in DECIDING}
     assert res.verdict == gated(decide(states, specific), res.criteria)
-    # a smoke size: the sticky testbed trains 100 of its 4,000 steps, cannot track, and so cannot decide
+    # a smoke size: the sticky testbed trains 40 of its 4,000 steps, cannot track, and so cannot decide
     assert not m["sticky_adam_tracks"] and res.verdict == "UNDECIDED"
     assert (run_dir / res.figures[0]).is_file()

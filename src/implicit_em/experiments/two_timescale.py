@@ -91,8 +91,11 @@ pilot stacks' times), the one with the most room on both gates at every pilot se
 0.0175; 1 layer, batch 64, 6,000 steps passes too, at a worst gap of 0.0197). The margin rule written before the
 second round (KL <= 0.085, gap <= 0.016 at every seed) is met on the KL but not on the gap (0.0175 at seed 100002,
 12% under the bar): the deciding run can still fail the plateau gate at some seed, and then it is UNDECIDED. The
-full size sweeps x10 only on the testbed (cost). At quick size the testbed trains 100 steps (a smoke size: it cannot
-track, so the quick verdict is UNDECIDED by construction; 4,000 steps on 3 seeds would cost about 25 minutes a run).
+full size sweeps x10 only on the testbed (cost). The quick size is a smoke size (it shows the code path, the same
+gates as the full size): 2 seeds, the testbed 40 steps per protocol (it cannot track, so the quick verdict is
+UNDECIDED by construction; 4,000 steps on 3 seeds would cost about 25 minutes a run), the bijection's Adam 400 steps,
+every SGD run and the one-head head's Adam 200 (issue 26: 3 seeds at 100 testbed and 1,000-2,400 other steps took
+259 s of worker time in a quick audit at 0304855, on a run that cannot decide; the smoke size about 50).
 
 Earlier outcomes (docs/audit.md): issue 12's rule read censored τ as numbers (REFUTED at full size); its
 successor read them as censored (PARTIAL: undecided, every τ censored; W_V x10 not EM-specific, 1.8 SE).
@@ -225,10 +228,12 @@ class Config:
 
     @classmethod
     def quick(cls) -> "Config":
-        """3 seeds, the companion's multiplier (x10) only (18 runs per setting and protocol); the sticky testbed
-        for 100 steps per protocol, which cannot reach its tracking budget (4,000): the quick verdict is UNDECIDED
-        by construction (a smoke size; the same gates as the full size), and shows the code path."""
-        return cls(n_seeds=3, multipliers=(10.0,), tb_adam_steps=100, tb_sgd_steps=100, sticky_probe=32)
+        """A smoke size: 2 seeds, the companion's multiplier (x10) only (12 runs per setting and protocol); the
+        sticky testbed for 40 steps per protocol, which cannot reach its tracking budget (4,000): the quick verdict
+        is UNDECIDED by construction (the same gates as the full size), and shows the code path; the bijection's
+        Adam 400 steps, every SGD run and the one-head head's Adam 200."""
+        return cls(n_seeds=2, multipliers=(10.0,), sgd_steps=200, wt_adam_steps=400, one_head_adam_steps=200,
+                   tb_adam_steps=40, tb_sgd_steps=40, sticky_probe=32)  # fmt: skip
 
     @classmethod
     def full(cls) -> "Config":
