@@ -20,6 +20,17 @@ cheaper recipe on which arm A still passes both of the testbed's gates with a ma
   10 s on a loaded slot (mean over the pilot seeds; advantage_ablation needs 5 fits a seed in about 50 s). If none
   does, the quick testbed stays the quick recipe and the 3-minute goal is reported as not met.
 
+Outcome (run at 30db58d, two candidates at a time on the two one-thread slots of this 2-core machine, so at load 2;
+``benchmarks/results/sticky_quick_pilot.jsonl``): KL / no-context at seeds 100, 101, 102 (bar 0.1, margin 0.085),
+drop / allowance (bar 1, margin 0.5), mean seconds a fit:
+L1 T16 B64 1000: 0.128, 0.137, 0.134 / 0.79, 0.89, 0.86 (6.2 s); L1 T32 B64 1000: 0.126, 0.138, 0.120 / 0.86, 0.94,
+0.88 (11.2 s); L1 T16 B64 2000: 0.101, 0.102, 0.103 / 0.68, 0.64, 0.64 (14.3 s); L2 T16 B64 1000: 0.118, 0.131,
+0.118 / 0.87, 0.89, 1.00 (11.6 s); L1 T32 B32 2000: 0.124, 0.116, 0.116 / 0.79, 0.99, 0.99 (14.2 s); L1 T32 B64
+1500: 0.107, 0.105, 0.099 / 0.62, 0.73, 0.70 (15.5 s); L2 T16 B64 2000: 0.079, 0.090, 0.083 / 0.79, 0.77, 0.78
+(20.3 s). No candidate meets the margin; the only one that meets the bare gates at every seed (L2 T16 B64 2000)
+misses the drop margin and costs twice the cap; the one within the cap (L1 T16 B64 1000) misses the tracking bar by
+30%. By the rule the quick testbed stays the quick recipe (about 42 s a fit at load 2).
+
 usage: python benchmarks/sticky_quick_pilot.py CANDIDATE[,CANDIDATE...]   (names as above, e.g. L1T16B64S1000)
 prints one JSON line per candidate and seed.
 """
