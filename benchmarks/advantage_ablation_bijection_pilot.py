@@ -29,7 +29,7 @@ import json
 import sys
 import time
 
-from implicit_em.experiments import advantage_ablation as aa
+from implicit_em.audit.claims import advantage_ablation as aa
 
 MARGIN = 0.5
 AFFORDABLE_S = 90.0

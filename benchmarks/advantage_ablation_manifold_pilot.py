@@ -11,10 +11,10 @@ import json
 import sys
 import time
 
-from implicit_em.experiments import advantage_ablation as aa
-from implicit_em.experiments import sticky_manifold as sm
-from implicit_em.experiments._ablation import ablated_sticky
-from implicit_em.experiments._sticky_manifold import symbol_mean_basis, transformer_scores
+from implicit_em.audit.claims import advantage_ablation as aa
+from implicit_em.audit.claims import sticky_manifold as sm
+from implicit_em.audit.testbeds.ablation import ablated_sticky
+from implicit_em.audit.testbeds.sticky_manifold import symbol_mean_basis, transformer_scores
 from implicit_em.windtunnel.sticky import fit
 
 size, seed, n_extra = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from implicit_em.experiments import DECISIVE, EXPERIMENTS, run_audit
+from implicit_em.audit import DECISIVE, EXPERIMENTS, run_audit
 
 
 def seed_table(runs: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from implicit_em.experiments import EXPERIMENTS, Experiment, _provenance
-from implicit_em.experiments.runner import _stale
+from implicit_em.audit import EXPERIMENTS, Experiment, _provenance
+from implicit_em.audit.runner import _stale
 
 
 def check(

@@ -14,7 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
-from implicit_em.experiments import EXPERIMENTS
+from implicit_em.audit import EXPERIMENTS
 from implicit_em.report import write_report
 
 

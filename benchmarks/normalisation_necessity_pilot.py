@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from implicit_em.experiments import normalisation_necessity as nn_
-from implicit_em.experiments._unnormalised import build_arm_model, train_arm
+from implicit_em.audit.claims import normalisation_necessity as nn_
+from implicit_em.audit.testbeds.unnormalised import build_arm_model, train_arm
 
 PLAN = ((1600, (100, 101)), (3200, (100, 101, 102)))  # (steps, pilot seeds)
 

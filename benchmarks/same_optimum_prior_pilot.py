@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-from implicit_em.experiments import same_optimum as so
+from implicit_em.audit.claims import same_optimum as so
 from implicit_em.mixture._data import DataSource
 
 PRIORS = {"weight_prior": 1.0, "mean_prior": 1.0, "logdet": 2.0}  # ν − D − 1 = 1, + 1 from the mean prior

@@ -13,7 +13,7 @@ import torch
 from sklearn.cluster import kmeans_plusplus
 
 from implicit_em import gaussian
-from implicit_em.experiments import same_optimum as so
+from implicit_em.audit.claims import same_optimum as so
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._stats import MixtureParams
 

@@ -41,7 +41,7 @@ import re
 import sys
 import time
 
-from implicit_em.experiments._base import torch_threads
+from implicit_em.audit.core import torch_threads
 from implicit_em.windtunnel.sticky import StickyTestbed, fit, plateau_drop
 
 SEEDS = (100, 101, 102)

@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.experiments import two_timescale as tt
-from implicit_em.experiments._base import torch_threads
-from implicit_em.experiments._two_timescale import stack_inits, stacked, train_stack
+from implicit_em.audit.claims import two_timescale as tt
+from implicit_em.audit.core import torch_threads
+from implicit_em.audit.testbeds.two_timescale import stack_inits, stacked, train_stack
 from implicit_em.windtunnel.metrics import kl_bits
 
 layers, batch = int(sys.argv[1]), int(sys.argv[2])

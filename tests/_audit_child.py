@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from implicit_em.experiments import Context, Experiment, Result, criterion
+from implicit_em.audit import Context, Experiment, Result, criterion
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ EXPERIMENTS = [
 
 def main(argv: Sequence[str]) -> int:
     """``implicit-em argv`` with :data:`EXPERIMENTS` as the registry."""
-    import implicit_em.experiments as ex
+    import implicit_em.audit as ex
     from implicit_em.cli import main as cli
 
     ex.EXPERIMENTS = list(EXPERIMENTS)

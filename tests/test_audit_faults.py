@@ -20,8 +20,8 @@ from typing import IO, Any
 import pytest
 
 import _audit_child
-import implicit_em.experiments as ex
-from implicit_em.experiments import Experiment, run_audit
+import implicit_em.audit as ex
+from implicit_em.audit import Experiment, run_audit
 
 _TESTS = Path(__file__).resolve().parent
 _SRC = _TESTS.parent / "src"
@@ -168,7 +168,7 @@ def test_sigint_during_an_experiment_that_converts_it_is_not_recorded(
 def test_two_jobs_record_what_one_job_records(
     tmp_path: Path, reference: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import implicit_em.experiments.runner as runner
+    import implicit_em.audit.runner as runner
 
     out = tmp_path / "run"
     with pytest.MonkeyPatch.context() as mp:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from _scripts import benchmark_script
-from implicit_em.experiments import EXPERIMENTS
+from implicit_em.audit import EXPERIMENTS
 
 
 def _script() -> ModuleType:

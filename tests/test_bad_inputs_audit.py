@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-import implicit_em.experiments as ex
+import implicit_em.audit as ex
 from _battery import Case, ids
+from implicit_em.audit import Context, Experiment, Result, criterion, run_audit, select
 from implicit_em.cli import main
-from implicit_em.experiments import Context, Experiment, Result, criterion, run_audit, select
 from implicit_em.report import ResultsError, read_results, render, write_report
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from _scripts import benchmark_script
-from implicit_em.experiments import EXPERIMENTS, _provenance
+from implicit_em.audit import EXPERIMENTS, _provenance
 
 # three experiments with few source files keep the test quick (hashing all eighteen takes ~10 s on a loaded core)
 _SOME = [e for e in EXPERIMENTS if e.name in ("theorem1", "cross_entropy_regime", "foundations")]

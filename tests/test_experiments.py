@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from implicit_em.experiments import (
+from implicit_em.audit import (
     EXPERIMENTS,
     Context,
     Experiment,
@@ -21,7 +21,7 @@ from implicit_em.experiments import (
     select,
     theorem1,
 )
-from implicit_em.experiments._provenance import code_files, config_dict, config_hash
+from implicit_em.audit.provenance import code_files, config_dict, config_hash
 
 
 def _ctx(tmp_path: Path) -> Context:
@@ -219,11 +219,11 @@ def test_save_figure_refuses_a_name_that_leaves_the_figures_folder(tmp_path: Pat
 
 @pytest.mark.parametrize("exp", EXPERIMENTS, ids=lambda e: e.name)
 def test_no_experiment_hashes_the_registry(exp: Experiment[Any]) -> None:
-    """`from implicit_em.experiments import _helper` would put the registry (experiments/__init__.py) and through it
+    """`from implicit_em.audit import _helper` would put the registry (experiments/__init__.py) and through it
     every other experiment into the code hash, so adding any experiment would make a resume rerun this one
-    (mixing_weight_escape did until its import was written `import implicit_em.experiments._escape as esc`).
+    (mixing_weight_escape did until its import was written `import implicit_em.audit.testbeds.escape as esc`).
     Importing another experiment's module for what it computes (sticky_manifold from sticky_sculpting) is fine."""
     files = code_files(exp.run.__module__)
     assert exp.run.__module__ in files  # the walk found the module itself, so the checks below can fail
-    assert "implicit_em.experiments" not in files
-    assert "implicit_em.experiments.runner" not in files
+    assert "implicit_em.audit" not in files
+    assert "implicit_em.audit.runner" not in files

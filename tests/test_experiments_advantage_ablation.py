@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from implicit_em.experiments import advantage_ablation as aa
-from implicit_em.experiments._ablation import (
+from implicit_em.audit.claims import advantage_ablation as aa
+from implicit_em.audit.claims.sticky_sculpting import SHAPES, single_head_logits
+from implicit_em.audit.core import Context
+from implicit_em.audit.testbeds.ablation import (
     MODES,
     ablated_sticky,
     ablated_transformer,
@@ -23,8 +25,6 @@ from implicit_em.experiments._ablation import (
     single_head,
     sticky_query_key_weights,
 )
-from implicit_em.experiments._base import Context
-from implicit_em.experiments.sticky_sculpting import SHAPES, single_head_logits
 from implicit_em.windtunnel.models import CausalTransformer
 from implicit_em.windtunnel.sticky import StickyTestbed, parameter_groups
 
@@ -331,7 +331,7 @@ def test_sticky_outcome_reads_sticky_manifolds_read_out(
 
 def test_sticky_thresholds_are_sticky_manifolds() -> None:
     """The read-out's bars are sticky_manifold's declared ones (not chosen here), and the aligned bar is 0.675."""
-    from implicit_em.experiments import sticky_manifold as sm
+    from implicit_em.audit.claims import sticky_manifold as sm
 
     cfg, smc = aa.Config.full(), sm.Config()
     assert (cfg.manifold_sigmas, cfg.manifold_margin_fraction) == (smc.sigmas, smc.margin_fraction) == (2.0, 0.5)
@@ -355,7 +355,7 @@ def test_the_sticky_residual_signature_is_still_readable_and_a_bijection_keeps_i
 def test_the_read_out_differentiates_the_models_function_not_the_arms_surgery() -> None:
     """An arm's read-out goes through an exact-gradient copy: arm B's weights read like the same weights in exact
     mode, while B's own backward (no score path) would give another Jacobian."""
-    from implicit_em.experiments._sticky_manifold import context_readout_subspace, symbol_mean_basis
+    from implicit_em.audit.testbeds.sticky_manifold import context_readout_subspace, symbol_mean_basis
 
     tb = StickyTestbed(length=8, d_model=16, d_ff=32)
     x = tb.sample(16, torch.Generator().manual_seed(0)).x

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from implicit_em.experiments import EXPERIMENTS, Context, Result, criterion
-from implicit_em.experiments import attention_law as al
-from implicit_em.experiments.attention_law import EXPERIMENT, PARTS, Config
+from implicit_em.audit import EXPERIMENTS, Context, Result, criterion
+from implicit_em.audit.claims import attention_law as al
+from implicit_em.audit.claims.attention_law import EXPERIMENT, PARTS, Config
 
 TOL = Config().law_tol
 

@@ -7,9 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from implicit_em.experiments import EXPERIMENTS
-from implicit_em.experiments._base import Context, Result
-from implicit_em.experiments.bayes_necessity import (
+from implicit_em.audit import EXPERIMENTS
+from implicit_em.audit.claims.bayes_necessity import (
     EXPERIMENT,
     RUNS,
     Config,
@@ -17,6 +16,7 @@ from implicit_em.experiments.bayes_necessity import (
     _old_rule_verdict,
     _summaries,
 )
+from implicit_em.audit.core import Context, Result
 from implicit_em.windtunnel.metrics import evaluate_predictions
 from implicit_em.windtunnel.tasks import BijectionTask, bijection_no_context_mae
 
@@ -211,7 +211,7 @@ def test_untrained_transformers_give_undecided_not_a_verdict(tmp_path: Path, mon
     still hold on the untrained models (they hold for any logits)."""
     import dataclasses
 
-    from implicit_em.experiments import bayes_necessity as bn
+    from implicit_em.audit.claims import bayes_necessity as bn
 
     real = bn._windtunnel_config
 

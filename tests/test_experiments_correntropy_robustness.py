@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from implicit_em.experiments import correntropy_robustness as cr
-from implicit_em.experiments._base import Context, Result, torch_threads
+from implicit_em.audit.claims import correntropy_robustness as cr
+from implicit_em.audit.core import Context, Result, torch_threads
 
 F64 = torch.float64
 SMALL = dataclasses.replace(cr.Config.quick(), seeds=3, gaps=(1.0, 4.0), steps=300)

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from implicit_em.experiments import EXPERIMENTS, Context, Result
-from implicit_em.experiments.cross_entropy_regime import EXPERIMENT, Config, competition
+from implicit_em.audit import EXPERIMENTS, Context, Result
+from implicit_em.audit.claims.cross_entropy_regime import EXPERIMENT, Config, competition
 from implicit_em.objectives import constrained_cross_entropy
 
 

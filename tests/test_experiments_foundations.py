@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from implicit_em.experiments import foundations as fd
-from implicit_em.experiments._base import Context, torch_threads
+from implicit_em.audit.claims import foundations as fd
+from implicit_em.audit.core import Context, torch_threads
 
 EPS = torch.finfo(torch.float64).eps
 SMALL = dataclasses.replace(

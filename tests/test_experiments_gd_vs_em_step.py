@@ -11,10 +11,10 @@ import torch
 from torch import Tensor
 
 from implicit_em import gaussian
+from implicit_em.audit import EXPERIMENTS, Context, Result, criterion
+from implicit_em.audit.claims import gd_vs_em_step as g
+from implicit_em.audit.claims.gd_vs_em_step import EXPERIMENT, Config
 from implicit_em.distances import gaussian_energies, gaussian_mixture_log_likelihood
-from implicit_em.experiments import EXPERIMENTS, Context, Result, criterion
-from implicit_em.experiments import gd_vs_em_step as g
-from implicit_em.experiments.gd_vs_em_step import EXPERIMENT, Config
 from implicit_em.mixture._em import _estimate_gaussian_parameters
 from implicit_em.objectives import responsibilities
 

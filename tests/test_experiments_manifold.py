@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scipy.linalg import subspace_angles
 from scipy.stats import spearmanr
 
-from implicit_em.experiments._manifold import (
+from implicit_em.audit.testbeds.manifold import (
     mean_cos2,
     pc_shares,
     principal_angles,

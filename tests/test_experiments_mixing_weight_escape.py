@@ -12,11 +12,11 @@ import pytest
 import torch
 from torch import Tensor
 
-from implicit_em.experiments import EXPERIMENTS, Context, Result, criterion
-from implicit_em.experiments import _escape as esc
-from implicit_em.experiments import mixing_weight_escape as mwe
-from implicit_em.experiments._base import torch_threads
-from implicit_em.experiments.mixing_weight_escape import EXPERIMENT, Config
+from implicit_em.audit import EXPERIMENTS, Context, Result, criterion
+from implicit_em.audit.claims import mixing_weight_escape as mwe
+from implicit_em.audit.claims.mixing_weight_escape import EXPERIMENT, Config
+from implicit_em.audit.core import torch_threads
+from implicit_em.audit.testbeds import escape as esc
 
 F64 = torch.float64
 TINY = Config(n_seeds=1, n=400, w0s=(1e-2, 1e-3), cap=1500, checkpoints=10)

@@ -12,9 +12,9 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-from implicit_em.experiments import _volume_arms as va
-from implicit_em.experiments import normalisation_as_volume as nav
-from implicit_em.experiments._base import Context
+from implicit_em.audit.claims import normalisation_as_volume as nav
+from implicit_em.audit.core import Context
+from implicit_em.audit.testbeds import volume_arms as va
 
 F64 = torch.float64
 

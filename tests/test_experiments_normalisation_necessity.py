@@ -13,20 +13,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from implicit_em.experiments import EXPERIMENTS
-from implicit_em.experiments._base import Context, Result
-from implicit_em.experiments._unnormalised import (
-    OpRecorder,
-    SampledStateHMMTask,
-    UnnormalisedTransformer,
-    build_arm_model,
-    lse_operators,
-    op_kind,
-    sigmoid_attention,
-    sigmoid_attention_weights,
-    train_arm,
-)
-from implicit_em.experiments.normalisation_necessity import (
+from implicit_em.audit import EXPERIMENTS
+from implicit_em.audit.claims.normalisation_necessity import (
     ARMS,
     BCE_ARMS,
     DECIDING,
@@ -39,6 +27,18 @@ from implicit_em.experiments.normalisation_necessity import (
     _decide,
     _eval_steps,
     _old_rule_verdict,
+)
+from implicit_em.audit.core import Context, Result
+from implicit_em.audit.testbeds.unnormalised import (
+    OpRecorder,
+    SampledStateHMMTask,
+    UnnormalisedTransformer,
+    build_arm_model,
+    lse_operators,
+    op_kind,
+    sigmoid_attention,
+    sigmoid_attention_weights,
+    train_arm,
 )
 from implicit_em.windtunnel.config import WindTunnelConfig
 from implicit_em.windtunnel.models import CausalTransformer

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from implicit_em.experiments import EXPERIMENTS, Context, Result
-from implicit_em.experiments import open_set as exp
-from implicit_em.experiments.open_set import EXPERIMENT, Config, auroc
+from implicit_em.audit import EXPERIMENTS, Context, Result
+from implicit_em.audit.claims import open_set as exp
+from implicit_em.audit.claims.open_set import EXPERIMENT, Config, auroc
 
 TINY = dataclasses.replace(Config.quick(), seeds=1, epochs=5)
 

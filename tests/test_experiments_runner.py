@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-import implicit_em.experiments as ex
-from implicit_em.experiments import Context, Experiment, Result, criterion, run_audit
-from implicit_em.experiments import _provenance as prov
+import implicit_em.audit as ex
+from implicit_em.audit import Context, Experiment, Result, criterion, run_audit
+from implicit_em.audit import provenance as prov
 from implicit_em.report import write_report
 
 
@@ -43,7 +43,7 @@ def _spy(run: Any, name: str = "spy") -> Experiment[SpyConfig]:
 _FAKE = """
 from dataclasses import dataclass
 
-from implicit_em.experiments._base import Context, Experiment, Result, criterion
+from implicit_em.audit.core import Context, Experiment, Result, criterion
 
 CALLS = []
 QUICK_TOL = 1.0
@@ -201,18 +201,18 @@ def test_results_json_records_provenance(fake: ModuleType, tmp_path: Path) -> No
 
 
 def test_code_files_follow_the_library_imports_transitively() -> None:
-    files = prov.code_files("implicit_em.experiments.same_optimum")
+    files = prov.code_files("implicit_em.audit.claims.same_optimum")
     # its own file, the protocol, and what `from implicit_em.mixture import GaussianMixture` and `_stats` bring
-    for name in ("implicit_em.experiments.same_optimum", "implicit_em.experiments._base", "implicit_em.mixture"):
+    for name in ("implicit_em.audit.claims.same_optimum", "implicit_em.audit.core", "implicit_em.mixture"):
         assert name in files
     assert "implicit_em.mixture._stats" in files and "implicit_em.mixture._gd" in files
     # neither the registry, nor another experiment, nor the package's top-level re-exports
-    for name in ("implicit_em.experiments", "implicit_em.experiments.theorem1", "implicit_em", "implicit_em.cli"):
+    for name in ("implicit_em.audit", "implicit_em.audit.claims.theorem1", "implicit_em", "implicit_em.cli"):
         assert name not in files
-    path = Path(sys.modules["implicit_em.experiments.same_optimum"].__file__ or "")
+    path = Path(sys.modules["implicit_em.audit.claims.same_optimum"].__file__ or "")
     import hashlib
 
-    assert files["implicit_em.experiments.same_optimum"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert files["implicit_em.audit.claims.same_optimum"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_relative_imports_are_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -543,7 +543,7 @@ class _Terminal:
 def test_a_terminal_gets_a_progress_bar_over_the_experiments_with_elapsed_time(
     fake: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from implicit_em.experiments import runner
+    from implicit_em.audit import runner
 
     term = _Terminal()
     monkeypatch.setattr(runner.sys, "stderr", term)

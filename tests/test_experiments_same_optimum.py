@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from implicit_em.experiments import EXPERIMENTS, Context, Result
-from implicit_em.experiments import same_optimum as so
+from implicit_em.audit import EXPERIMENTS, Context, Result
+from implicit_em.audit.claims import same_optimum as so
 from implicit_em.mixture import GaussianMixture
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._online_em import fit_online_em

@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from implicit_em.experiments import EXPERIMENTS
-from implicit_em.experiments._base import Context
-from implicit_em.experiments.specialisation import (
+from implicit_em.audit import EXPERIMENTS
+from implicit_em.audit.claims.specialisation import (
     EXPERIMENT,
     Config,
     K,
@@ -25,6 +24,7 @@ from implicit_em.experiments.specialisation import (
     fit_prototypes,
     run,
 )
+from implicit_em.audit.core import Context
 from implicit_em.mixture import GaussianMixture
 
 CENTRES = 6 * np.stack([np.cos(2 * np.pi * np.arange(K) / K), np.sin(2 * np.pi * np.arange(K) / K)], 1)

@@ -11,11 +11,23 @@ import numpy as np
 import pytest
 import torch
 
-import implicit_em.experiments.sticky_manifold as sm
-from implicit_em.experiments import EXPERIMENTS
-from implicit_em.experiments._base import Context, Result
-from implicit_em.experiments._manifold import mean_cos2, random_mean_cos2
-from implicit_em.experiments._sticky_manifold import (
+import implicit_em.audit.claims.sticky_manifold as sm
+from implicit_em.audit import EXPERIMENTS
+from implicit_em.audit.claims.sticky_manifold import (
+    EXPERIMENT,
+    MEASURES,
+    Config,
+    _criteria,
+    _decide,
+    _onehead_criteria,
+    _onehead_decide,
+    paired,
+)
+from implicit_em.audit.claims.sticky_sculpting import Config as SculptingConfig
+from implicit_em.audit.claims.sticky_sculpting import _init, _stack_inits, _train
+from implicit_em.audit.core import Context, Result
+from implicit_em.audit.testbeds.manifold import mean_cos2, random_mean_cos2
+from implicit_em.audit.testbeds.sticky_manifold import (
     context_readout_subspace,
     mean_value_jacobian,
     planted_controls,
@@ -29,18 +41,6 @@ from implicit_em.experiments._sticky_manifold import (
     transformer_value_subspace,
     value_subspace,
 )
-from implicit_em.experiments.sticky_manifold import (
-    EXPERIMENT,
-    MEASURES,
-    Config,
-    _criteria,
-    _decide,
-    _onehead_criteria,
-    _onehead_decide,
-    paired,
-)
-from implicit_em.experiments.sticky_sculpting import Config as SculptingConfig
-from implicit_em.experiments.sticky_sculpting import _init, _stack_inits, _train
 from implicit_em.windtunnel.sticky import FitResult, StickyTestbed, fit
 
 F64 = torch.float64

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from implicit_em.experiments import EXPERIMENTS
-from implicit_em.experiments._base import Context, Result
-from implicit_em.experiments.sticky_sculpting import (
+from implicit_em.audit import EXPERIMENTS
+from implicit_em.audit.claims.sticky_sculpting import (
     EXPERIMENT,
     PAPER_NOISE,
     PAPER_STAY,
@@ -23,6 +22,7 @@ from implicit_em.experiments.sticky_sculpting import (
     single_head_logits,
     window_posterior,
 )
+from implicit_em.audit.core import Context, Result
 from implicit_em.windtunnel.metrics import kl_bits
 from implicit_em.windtunnel.tasks import StickyMarkovTask
 

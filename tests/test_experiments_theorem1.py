@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from implicit_em.experiments import theorem1
-from implicit_em.experiments._base import Context
+from implicit_em.audit.claims import theorem1
+from implicit_em.audit.core import Context
 from implicit_em.objectives import lse
 
 F64 = torch.float64

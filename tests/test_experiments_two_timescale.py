@@ -9,23 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from implicit_em.experiments import EXPERIMENTS
-from implicit_em.experiments._base import Context, Result, gated
-from implicit_em.experiments._two_timescale import (
-    Protocol,
-    StackedOptimiser,
-    displacement_times,
-    drift_step,
-    ema,
-    ema_beta,
-    planted_noisy_path,
-    schedule,
-    stack_inits,
-    stacked,
-    sticky_state,
-    transformer_state,
-)
-from implicit_em.experiments.two_timescale import (
+from implicit_em.audit import EXPERIMENTS
+from implicit_em.audit.claims.two_timescale import (
     DECIDING,
     EXPERIMENT,
     GROUPS,
@@ -41,6 +26,21 @@ from implicit_em.experiments.two_timescale import (
     run_names,
     specificity,
     speed_ups,
+)
+from implicit_em.audit.core import Context, Result, gated
+from implicit_em.audit.testbeds.two_timescale import (
+    Protocol,
+    StackedOptimiser,
+    displacement_times,
+    drift_step,
+    ema,
+    ema_beta,
+    planted_noisy_path,
+    schedule,
+    stack_inits,
+    stacked,
+    sticky_state,
+    transformer_state,
 )
 from implicit_em.windtunnel.models import CausalTransformer
 from implicit_em.windtunnel.tasks import BijectionTask

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from implicit_em.experiments import volume_collapse as vc
-from implicit_em.experiments._base import Context
+from implicit_em.audit.claims import volume_collapse as vc
+from implicit_em.audit.core import Context
 
 TINY = dataclasses.replace(vc.Config.quick(), n=400, epochs=8, replicates=2)
 

@@ -403,7 +403,7 @@ def test_demo_rows_equal_the_old_cli_residuals() -> None:
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("spread", [1e-3, 1.0, 1e3])
 def test_theorem1_residual_equals_its_old_re_implementation(dtype: torch.dtype, spread: float) -> None:
-    from implicit_em.experiments.theorem1 import _residual
+    from implicit_em.audit.claims.theorem1 import _residual
 
     d = (torch.randn(64, 10, generator=_gen(40), dtype=F64) * spread).to(dtype)
     log_w = torch.log_softmax(torch.randn(10, generator=_gen(41), dtype=F64), 0).to(dtype)

@@ -364,8 +364,8 @@ def test_a_real_sigint_stops_fit_and_reaches_the_calling_program(tmp_path: Path)
 
 
 def test_ctrl_c_in_the_specialisation_experiment_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from implicit_em.experiments._base import Context
-    from implicit_em.experiments.specialisation import Config, run
+    from implicit_em.audit.claims.specialisation import Config, run
+    from implicit_em.audit.core import Context
 
     _sigint_at_record(monkeypatch, 3)  # in its first GaussianMixture fit
     cfg = Config(n=300, n_seeds=1, prototype_epochs=1, max_iter=20, degenerate_max_iter=5)

@@ -35,7 +35,7 @@ def test_no_label_of_a_snake_case_key_is_snake_case() -> None:
 
 
 def test_the_key_list_covers_all_eighteen_experiments() -> None:
-    from implicit_em.experiments import EXPERIMENTS
+    from implicit_em.audit import EXPERIMENTS
 
     assert set(_KEYS) == {e.name for e in EXPERIMENTS}
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from implicit_em import _runio
-from implicit_em.experiments import _base, runner
+from implicit_em.audit import core as _base
+from implicit_em.audit import runner
 
 # ---------------------------------------------------------------------------------------------- users
 # The audit runner, the experiments and the wind tunnel use these helpers, not copies of them.

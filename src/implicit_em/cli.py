@@ -65,7 +65,7 @@ def _fail(prog: str, err: BaseException) -> int:
 
 
 def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from implicit_em.experiments import EXPERIMENTS, run_audit, select
+    from implicit_em.audit import EXPERIMENTS, run_audit, select
 
     if args.list:
         for exp in EXPERIMENTS:

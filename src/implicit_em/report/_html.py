@@ -110,11 +110,19 @@ def _criteria(name: str, criteria: list[dict[str, Any]]) -> list[dict[str, Any]]
     ]
 
 
-def _metrics(name: str, metrics: dict[str, Any]) -> list[dict[str, str]]:
+def _metrics(name: str, metrics: dict[str, Any], declared: Any = None) -> list[dict[str, str]]:
+    """Each metric with the label and unit its claim declared (``metric_info`` of the record); a record written
+    before metrics were declared falls back to the label tables."""
+    declared = declared if isinstance(declared, dict) else {}
     rows = []
     for key, value in metrics.items():
-        label = metric_label(name, str(key))
-        rows.append({"label": label.text, "unit": label.unit, "note": label.note, "key": key, "value": _fmt(value)})
+        spec = declared.get(key)
+        if isinstance(spec, dict) and spec.get("label") and spec.get("unit"):
+            text, unit, note = str(spec["label"]), str(spec["unit"]), str(spec.get("note", ""))
+        else:
+            label = metric_label(name, str(key))
+            text, unit, note = label.text, label.unit, label.note
+        rows.append({"label": text, "unit": unit, "note": note, "key": key, "value": _fmt(value)})
     return rows
 
 
@@ -191,7 +199,7 @@ def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> di
         "identities": [c for c in every if c["role"] == "identity"],
         "passed": sum(c["passed"] for c in criteria),
         "gates_failed": [c["metric"] for c in criteria if c["role"] == "gate" and not c["passed"]],
-        "metrics": _metrics(e["name"], e.get("metrics", {})),
+        "metrics": _metrics(e["name"], e.get("metrics", {}), e.get("metric_info")),
         "thresholds": [(k, _fmt(v)) for k, v in e.get("thresholds", {}).items()],  # before criteria existed
         "config": [(k, _fmt(v)) for k, v in e.get("config", {}).items()],
         "run_line": _run_line(e, results),

@@ -139,7 +139,7 @@ class StickyAttention(nn.Module):
 
     The forward splits the heads, calls :meth:`attend` (the library's explicit softmax attention) and merges them
     through W_O; a variant with another score gradient overrides :meth:`attend` only
-    (``implicit_em.experiments._ablation``).
+    (``implicit_em.audit.testbeds.ablation``).
     """
 
     def __init__(self, d_model: int, n_heads: int) -> None:
