@@ -8,7 +8,7 @@ import pytest
 import implicit_em
 
 _AUDIT = Path(implicit_em.__file__).parent / "audit"
-_CORE = {"core", "metrics", "seeds", "stats", "plots"}  # what claims and testbeds may build on
+_CORE = {"core", "metrics", "seeds", "stats", "plots", "provenance"}  # what claims and testbeds may build on
 
 
 def _audit_imports(path: Path) -> set[str]:

@@ -22,8 +22,11 @@ An experiment that raises is recorded as ``ERROR`` with its traceback, never as 
 """
 
 import dataclasses
+import hashlib
+import json
 import math
 import operator
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -161,6 +164,32 @@ class Context:
         pyplot().close(fig)
         return str(path.relative_to(self.run_dir))
 
+    def cached(self, name: str, key: dict[str, Any], compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """``compute()`` once per run folder and ``key``: what a testbed trains, shared by every claim that reads it.
+
+        The value is a dict of tensors, numbers, strings and lists of them, stored as
+        ``testbeds/<name>-<hash of key>.pt`` in the run folder (written atomically, read with
+        ``weights_only=True``). ``key`` must name everything the value depends on (the testbed's settings, its seeds,
+        the hash of the code that computes it). Two workers asking for the same key at once: the second waits for
+        the first (a file lock) and reads its value.
+        """
+        import torch
+
+        text = json.dumps(_jsonable(key), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_digest)
+        digest = hashlib.sha256(f"{name}\n{text}".encode()).hexdigest()[:20]
+        folder = self.run_dir / "testbeds"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}-{digest}.pt"
+        with open(folder / f".{path.name}.lock", "a+") as lock:
+            _lock(lock)
+            if path.is_file():
+                return dict(torch.load(path, weights_only=True))
+            value = compute()
+            tmp = path.with_suffix(".pt.tmp")
+            torch.save(value, tmp)
+            os.replace(tmp, path)
+            return value
+
 
 @dataclass
 class Result:
@@ -215,6 +244,25 @@ class Experiment(Generic[_C]):
         """The resolved config: ``Config.quick()`` or ``Config.full()`` with ``seed`` in it."""
         base = self.Config.quick() if quick else self.Config.full()
         return dataclasses.replace(base, seed=seed)  # type: ignore[type-var]
+
+
+def _digest(value: Any) -> str:
+    """A tensor or array in a cache key: its dtype, shape and the sha256 of its bytes."""
+    to_numpy = getattr(value, "numpy", None)
+    array = to_numpy() if callable(to_numpy) and hasattr(value, "detach") else value
+    if not hasattr(array, "tobytes"):
+        raise TypeError(f"a cache key holds JSON values, tensors and arrays; got {type(value).__name__}")
+    data = array.tobytes() if not hasattr(value, "detach") else value.detach().contiguous().cpu().numpy().tobytes()
+    return f"{getattr(value, 'dtype', '')}{tuple(getattr(value, 'shape', ()))}:{hashlib.sha256(data).hexdigest()}"
+
+
+def _lock(file: Any) -> None:
+    """An exclusive lock on an open file, released when it is closed or its process dies (no lock on Windows)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return
+    fcntl.flock(file.fileno(), fcntl.LOCK_EX)
 
 
 def _jsonable(value: Any) -> Any:
