@@ -24,16 +24,18 @@ from implicit_em.audit.claims.sticky_manifold import (
     paired,
 )
 from implicit_em.audit.claims.sticky_sculpting import Config as SculptingConfig
-from implicit_em.audit.claims.sticky_sculpting import _init, _stack_inits, _train
 from implicit_em.audit.core import Context, Result
 from implicit_em.audit.testbeds.manifold import mean_cos2, random_mean_cos2
+from implicit_em.audit.testbeds.one_head import init_head, stack_inits, train_runs
 from implicit_em.audit.testbeds.sticky_manifold import (
+    ShuffledLabels,
     context_readout_subspace,
     mean_value_jacobian,
     planted_controls,
     planted_testbed_model,
     readout_subspace,
     shuffle_labels,
+    shuffled_labels,
     subspace_scores,
     symbol_mean_basis,
     train_online_adam,
@@ -116,10 +118,11 @@ def test_readout_subspace_matches_the_pseudo_inverse_projector_and_ignores_the_l
 def test_sgd_never_changes_the_logit_shift_direction_of_w_o() -> None:
     """The docstring's reason: the logit gradient sums to zero over the 8 logits, so W_O 1 stays at its init."""
     cfg = dataclasses.replace(SculptingConfig(), steps=20, lr=0.5, log_every=5)
-    params = _stack_inits([3, 4], 1, 0.3)
+    params = stack_inits([3, 4], 1, 0.3)
     before = params["W_O"].detach().sum(dim=-1).clone()
-    _train(params, torch.randn(2, 16, 20, generator=_gen(1)), torch.randint(0, 8, (2, 16), generator=_gen(2)), cfg)
-    assert float((params["W_O"].detach() - _stack_inits([3, 4], 1, 0.3)["W_O"].detach()).abs().max()) > 1e-2
+    x, y = torch.randn(2, 16, 20, generator=_gen(1)), torch.randint(0, 8, (2, 16), generator=_gen(2))
+    train_runs(params, x, y, cfg.lr, cfg.steps, cfg.log_every)
+    assert float((params["W_O"].detach() - stack_inits([3, 4], 1, 0.3)["W_O"].detach()).abs().max()) > 1e-2
     torch.testing.assert_close(params["W_O"].detach().sum(dim=-1), before, rtol=0, atol=1e-5)  # float32 steps
 
 
@@ -153,7 +156,7 @@ def test_subspace_scores_per_run_match_the_single_head_measures() -> None:
     g = _gen(8)
     basis = symbol_mean_basis(torch.randn(8, 20, generator=g, dtype=F64))
     x = torch.randn(120, 20, generator=g)
-    params = _stack_inits([1, 2, 3], 1, 0.1)
+    params = stack_inits([1, 2, 3], 1, 0.1)
     scores = subspace_scores(params, basis, x)
     for r in range(3):
         w_v, w_o = params["W_V"][r].detach(), params["W_O"][r].detach()
@@ -169,11 +172,11 @@ def test_online_adam_batched_equals_each_run_alone() -> None:
     pool_x, pool_y = torch.randn(4, 12, 20, generator=_gen(1)), torch.randint(0, 8, (4, 12), generator=_gen(2))
     order = torch.randint(0, 4, (6, 3), generator=_gen(3))
     x_eval, y_eval = pool_x[:2], pool_y[:2]
-    batched = _stack_inits([7, 8, 9], 1, 0.5)
+    batched = stack_inits([7, 8, 9], 1, 0.5)
     curve = train_online_adam(batched, pool_x, pool_y, order, 1e-2, x_eval, y_eval, eval_every=2)
     assert curve.shape == (1 + 3, 3)
     for r, seed in enumerate((7, 8, 9)):
-        alone = {k: v[None].detach().clone().requires_grad_(True) for k, v in _init(seed, 0.5).items()}
+        alone = {k: v[None].detach().clone().requires_grad_(True) for k, v in init_head(seed, 0.5).items()}
         alone_curve = train_online_adam(alone, pool_x, pool_y, order[:, r : r + 1], 1e-2, x_eval, y_eval, 2)
         torch.testing.assert_close(curve[:, r : r + 1], alone_curve, rtol=1e-5, atol=1e-6)
         for name in alone:
@@ -319,7 +322,7 @@ def test_planted_testbed_models_score_one_and_zero_and_the_init_near_chance() ->
 
 def test_shuffled_labels_keep_the_inputs_and_take_another_windows_labels() -> None:
     tb = StickyTestbed(length=16, batch_size=4)
-    shuffled = sm._shuffled(tb, 3)
+    shuffled = shuffled_labels(tb, 3)
     assert isinstance(shuffled, StickyTestbed) and shuffled.length == 16 and shuffled.batch_size == 4
     for (x, y), (xs, ys) in zip(tb.batches(2), shuffled.batches(2), strict=False):
         assert torch.equal(x, xs)  # the same inputs, the same stream
@@ -398,7 +401,7 @@ def test_a_planted_effect_carries_through_the_run(monkeypatch: pytest.MonkeyPatc
     the mean span (SUPPORTED) or out of it (REFUTED); the shuffled-label arm stays at its init."""
 
     def planted_fit(bed: StickyTestbed, model: torch.nn.Module, seed: int, **kw: Any) -> FitResult:
-        if not isinstance(bed, sm._ShuffledLabels):
+        if not isinstance(bed, ShuffledLabels):
             basis = symbol_mean_basis(bed.means)
             model.load_state_dict(planted_testbed_model(model, basis, inside).state_dict())
         return FitResult([0.01] * 10, list(range(10, 110, 10)), 1.0, 0.0)
@@ -416,7 +419,7 @@ def test_the_shuffled_arm_trains_through_the_shared_fit() -> None:
     tb = dataclasses.replace(StickyTestbed(length=8, batch_size=8, eval_size=8, eval_every=5), steps=10)
     a, b = tb.model(1), tb.model(1)
     fit(tb, a, 1)
-    fit(sm._shuffled(tb, 0), b, 1)
+    fit(shuffled_labels(tb, 0), b, 1)
     assert not torch.equal(a.head.weight, b.head.weight)  # different labels, different training
 
 

@@ -14,15 +14,13 @@ from implicit_em.audit.claims.sticky_sculpting import (
     PAPER_STAY,
     Config,
     _decide,
-    _init,
-    _stack_inits,
-    _train,
     no_context_posterior,
     paired_metrics,
     single_head_logits,
     window_posterior,
 )
 from implicit_em.audit.core import Context, Result
+from implicit_em.audit.testbeds.one_head import init_head, stack_inits, train_runs
 from implicit_em.windtunnel.metrics import kl_bits
 from implicit_em.windtunnel.tasks import StickyMarkovTask
 
@@ -78,17 +76,17 @@ def test_batched_training_equals_runs_alone() -> None:
     """Training R runs at once gives each run exactly the SGD trajectory it has alone."""
     cfg = dataclasses.replace(Config.quick(), steps=5, log_every=1)
     x, y = torch.randn(3, 12, 20), torch.randint(0, 8, (3, 12))
-    batched = _stack_inits([7, 8, 9], 1, 0.5)
-    _train(batched, x, y, cfg)
+    batched = stack_inits([7, 8, 9], 1, 0.5)
+    train_runs(batched, x, y, cfg.lr, cfg.steps, cfg.log_every)
     for r, seed in enumerate((7, 8, 9)):
-        alone = {k: v[None].detach().clone().requires_grad_(True) for k, v in _init(seed, 0.5).items()}
-        _train(alone, x[r : r + 1], y[r : r + 1], cfg)
+        alone = {k: v[None].detach().clone().requires_grad_(True) for k, v in init_head(seed, 0.5).items()}
+        train_runs(alone, x[r : r + 1], y[r : r + 1], cfg.lr, cfg.steps, cfg.log_every)
         for name in alone:
             torch.testing.assert_close(batched[name][r], alone[name][0], rtol=1e-5, atol=1e-6)
 
 
 def test_head_is_causal_and_blind_to_the_order_of_the_past() -> None:
-    params = {k: v.detach() for k, v in _init(0, 0.5).items()}
+    params = {k: v.detach() for k, v in init_head(0, 0.5).items()}
     x = torch.randn(8, 20)
     future = x.clone()
     future[5:] += 1.0  # changing the future must not change earlier outputs
