@@ -30,7 +30,7 @@ install: $(VENV)/.installed-test
 
 demo: $(VENV)/.installed-demo
 	$(BIN)/implicit-em demo
-	$(BIN)/implicit-em audit --quick --jobs auto --out runs/audit
+	$(BIN)/implicit-em audit --quick --jobs auto --out runs/demo
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q

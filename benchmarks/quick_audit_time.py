@@ -1,12 +1,12 @@
 """Where the quick audit's time goes (issue 26: ``make demo`` within 3 minutes on a 2-core machine at load 2).
 
-Reads the ``results.json`` of one or more audit runs (``runs/audit/results.json`` after ``make demo``) and prints,
+Reads the ``results.json`` of one or more audit runs (``runs/demo/results.json`` after ``make demo``) and prints,
 per run, the worker seconds of each experiment (slowest first), their sum, the jobs, the load average when the run
 started, and the least wall time any schedule of those experiments on that many workers could take:
 max(sum / jobs, the slowest experiment), since an experiment runs on one worker. The experiments' own clocks
 exclude process start-up and the report, which the run's wall time (the fresh clone's log) includes.
 
-    .venv/bin/python benchmarks/quick_audit_time.py runs/audit/results.json [OTHER.json ...] [--write OUT.json]
+    .venv/bin/python benchmarks/quick_audit_time.py runs/demo/results.json [OTHER.json ...] [--write OUT.json]
 """
 
 import argparse

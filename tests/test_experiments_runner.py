@@ -18,6 +18,7 @@ import pytest
 import implicit_em.audit as ex
 from implicit_em.audit import Context, Experiment, Result, criterion, run_audit
 from implicit_em.audit import provenance as prov
+from implicit_em.audit.runner import RunFolderError
 from implicit_em.report import write_report
 
 
@@ -159,17 +160,21 @@ def test_resume_reruns_a_record_of_other_versions_an_older_format_or_an_error(
     assert reason in capsys.readouterr().err
 
 
-def test_force_reruns_and_a_new_seed_starts_a_new_run(
+def test_force_reruns_and_a_new_seed_is_refused_unless_forced(
     fake: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "run"
     run_audit(out)
     run_audit(out, force=True)
     assert "fake ... (forced)" in capsys.readouterr().err
-    run_audit(out, seed=1)
-    assert "holds a quick run with seed 0: starting a new quick run with seed 1" in capsys.readouterr().err
+    with pytest.raises(RunFolderError, match=r"holds a quick run with seed 0 .* use another --out"):
+        run_audit(out, seed=1)
+    run_audit(out, seed=1, force=True)
+    assert "kept in" in capsys.readouterr().err
     assert [c.seed for c in fake.CALLS] == [0, 0, 1]
     assert _results(out)["experiments"]["fake"]["config"] == {"seed": 1, "tol": 1.0}
+    (kept,) = (out / "previous").iterdir()
+    assert kept.name.startswith("quick-seed0-") and _results(kept)["seed"] == 0
 
 
 # --- provenance -------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 ``tests/data/report_metric_keys.json`` lists the metric keys of every experiment at quick size (from
 ``implicit-em audit --quick``; quick and full sizes produce the same keys). Where a quick run folder is available
-(``$IMPLICIT_EM_QUICK_RUN`` or ``runs/audit``, what ``make demo`` writes) the list is checked against it.
+(``$IMPLICIT_EM_QUICK_RUN`` or ``runs/demo``, what ``make demo`` writes) the list is checked against it.
 On the old code (the report showed the raw key) the module does not exist; removing one phrase (``"kl"``) or one unit
 rule makes the first test fail.
 """
@@ -41,13 +41,13 @@ def test_the_key_list_covers_all_eighteen_experiments() -> None:
 
 
 def _quick_run() -> Path | None:
-    for candidate in (os.environ.get("IMPLICIT_EM_QUICK_RUN"), "runs/audit"):
+    for candidate in (os.environ.get("IMPLICIT_EM_QUICK_RUN"), "runs/demo"):
         if candidate and (Path(candidate) / "results.json").is_file():
             return Path(candidate)
     return None
 
 
-@pytest.mark.skipif(_quick_run() is None, reason="no quick run folder ($IMPLICIT_EM_QUICK_RUN or runs/audit)")
+@pytest.mark.skipif(_quick_run() is None, reason="no quick run folder ($IMPLICIT_EM_QUICK_RUN or runs/demo)")
 def test_the_key_list_matches_a_quick_run() -> None:
     run = _quick_run()
     assert run is not None

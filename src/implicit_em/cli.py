@@ -66,6 +66,7 @@ def _fail(prog: str, err: BaseException) -> int:
 
 def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from implicit_em.audit import EXPERIMENTS, run_audit, select
+    from implicit_em.audit.runner import default_out
 
     if args.list:
         for exp in EXPERIMENTS:
@@ -75,6 +76,8 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         select(EXPERIMENTS, args.only)
     except ValueError as err:
         parser.error(f"argument --only: {err}")
+    if args.out is None:
+        args.out = str(default_out(not args.full, args.seed))
     try:
         state = run_audit(
             args.out,
@@ -136,11 +139,19 @@ def _main(argv: Sequence[str] | None) -> int:
     size.add_argument("--quick", dest="full", action="store_false", help="quick sizes, seconds each (default)")
     size.add_argument("--full", dest="full", action="store_true", help="full sizes (minutes each)")
     audit.set_defaults(full=False)
-    audit.add_argument("--out", default="runs/audit", help="run folder (default: runs/audit)")
+    audit.add_argument(
+        "--out",
+        default=None,
+        help="run folder (default: runs/audit-<size>-seed<seed>); a folder holding a run of another size or seed is "
+        "refused unless --force",
+    )
     audit.add_argument("--only", type=_names, default=None, help="comma-separated experiment names (default: all)")
     audit.add_argument("--seed", type=seed, default=0, help="the seed field of every experiment's Config (default 0)")
     audit.add_argument(
-        "--force", action="store_true", help="rerun experiments already in the run folder (starts over a corrupt one)"
+        "--force",
+        action="store_true",
+        help="rerun experiments already in the run folder (starts over a corrupt one; a run of another size or seed "
+        "there is moved to its previous/ folder)",
     )
     audit.add_argument(
         "--threads", type=positive_int, default=None, help="torch threads (default: 1 quick, torch's full)"

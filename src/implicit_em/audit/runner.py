@@ -9,16 +9,22 @@ it ran with.
 
 A run can be interrupted (Ctrl-C, SIGTERM) without losing the experiments already finished, and a second call with
 the same folder, size and seed resumes: an experiment is kept only if its config hash, code hash and library
-versions match the stored ones; otherwise it is rerun with a line saying why (``force=True`` reruns all). A
-different size or seed starts a new run. So results of different code are never mixed without a record of it.
+versions match the stored ones; otherwise it is rerun with a line saying why (``force=True`` reruns all). So results
+of different code are never mixed without a record of it.
 
-With ``jobs`` > 1 the experiments that need running go to that many worker processes (started by ``spawn``, so
-none inherits the runner's threads; each runs ``threads`` torch threads, default 1 at quick size), the slowest of
-the last run in this folder first (in a fresh folder the quick audit's known slow ones, ``_SLOW_FIRST``), the
-rest in registry order; ``results.json`` is rewritten after each one
-finishes and lists them in registry order. An experiment's numbers do not depend on the process it ran in (each
-seeds itself from its config): a run with ``jobs=2`` records what ``jobs=1`` records. The workers ignore SIGINT;
-the runner, on an interrupt, saves what finished, stops the workers and raises as below.
+Runs never destroy each other: a folder holding a run of another size or seed is refused
+(:class:`RunFolderError`; with ``force=True`` that run is moved to ``previous/`` in the folder and a new one
+starts), and a second audit into a folder another is writing is refused (an ``flock`` on ``.audit.lock``, which a
+killed run cannot leave held).
+
+With ``jobs`` > 1 the experiments that need running go to that many worker processes (started by ``spawn``, so none
+inherits the runner's threads; each runs ``threads`` torch threads, default 1 at quick size), in two lanes: one
+worker takes the slowest left (by the last run in this folder, in a fresh folder the quick audit's known seconds,
+``_QUICK_SECONDS``), the others the fastest left, so the first verdict comes within seconds and experiments that
+share a testbed run one after another; ``results.json`` is rewritten after each one finishes and lists them in
+registry order. An experiment's numbers do not depend on the process it ran in (each seeds itself from its config): a
+run with ``jobs=2`` records what ``jobs=1`` records. The workers ignore SIGINT; the runner, on an interrupt, saves
+what finished, stops the workers and raises as below.
 
 An interrupted experiment is never recorded, neither as a result nor as ERROR. The runner notes SIGINT and SIGTERM
 itself while the audit runs (:class:`~implicit_em._runio.NoteInterrupts`), because code inside an experiment may
@@ -52,25 +58,47 @@ from implicit_em.audit import provenance as _provenance
 from implicit_em.audit.core import Context, Experiment, Result, torch_threads
 from implicit_em.report._results import ResultsError, read_results
 
-__all__ = ["available_cpus", "run_audit", "select"]
+__all__ = ["RunFolderError", "available_cpus", "default_out", "run_audit", "select"]
+
+
+class RunFolderError(ValueError):
+    """A run folder that this run may not write: it holds a run of another size or seed, or another audit is
+    writing it. The message names the way out (another folder, or ``force``)."""
+
+
+def default_out(quick: bool, seed: int) -> Path:
+    """The run folder of a run with no ``--out``: ``runs/audit-<size>-seed<seed>``, so runs of different sizes or
+    seeds never share one."""
+    return Path("runs") / f"audit-{'quick' if quick else 'full'}-seed{seed}"
+
 
 # library versions an experiment's result depends on: a change reruns it on resume
 _VERSION_KEYS = ("torch", "numpy", "scikit-learn", "transformers", "python")
 
 
-# the slowest experiments of the quick audit, slowest first (issue 26's seventh session, quick seed 0 at c74e305,
-# two workers on 2 cores: 238, 186, 51-77, 44-55, 27, 27, 18 s): a fresh parallel run starts them first so that no
-# worker is left with a long one at the end. Only the order in which workers take experiments depends on it; an
-# earlier run in the folder overrides it with its own times.
-_SLOW_FIRST = (
-    "advantage_ablation",
-    "sticky_manifold",
-    "specialisation",
-    "two_timescale",
-    "bayes_necessity",
-    "same_optimum",
-    "normalisation_as_volume",
-)
+# seconds of each quick experiment on one core of a 2-core machine (quick audit, seed 0, two workers): where a
+# fresh folder has no earlier run to time them by, the parallel run orders them by these. Only the order in which
+# workers take experiments depends on it.
+_QUICK_SECONDS = {
+    "advantage_ablation": 191.4,
+    "sticky_manifold": 136.9,
+    "specialisation": 55.4,
+    "two_timescale": 38.1,
+    "bayes_necessity": 24.3,
+    "same_optimum": 22.2,
+    "normalisation_as_volume": 18.5,
+    "sticky_sculpting": 14.9,
+    "normalisation_necessity": 11.7,
+    "mixing_weight_escape": 8.7,
+    "correntropy_robustness": 8.5,
+    "attention_law": 7.0,
+    "volume_collapse": 5.6,
+    "open_set": 3.9,
+    "gd_vs_em_step": 2.6,
+    "cross_entropy_regime": 1.6,
+    "foundations": 1.3,
+    "theorem1": 0.7,
+}
 
 # seeds go to numpy, torch and scikit-learn; the last accepts [0, 2**32 - 1]
 _MAX_SEED = 2**32 - 1
@@ -187,22 +215,74 @@ def run_audit(
     if out.exists() and not out.is_dir():
         raise ValueError(f"out_dir {str(out)!r} is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "results.json"
-    size = "quick" if quick else "full"
-    state = _load_state(path, force, progress)
-    if state.get("size") != size or state.get("seed") != seed:
-        if state and progress:
-            print(
-                f"{path} holds a {state.get('size')} run with seed {state.get('seed')}: starting a new {size} run "
-                f"with seed {seed}",
-                file=sys.stderr,
-            )
-        state = {"size": size, "seed": seed, "experiments": {}}
-    if jobs > 1 and len(chosen) > 1:
-        per_worker = threads or (1 if quick else max(1, torch.get_num_threads() // jobs))
-        return _run(out, path, state, chosen, quick, seed, force, progress, _Pool(jobs, per_worker))
-    with torch_threads(threads or (1 if quick else torch.get_num_threads())):
-        return _run(out, path, state, chosen, quick, seed, force, progress, None)
+    with _FolderLock(out):
+        path = out / "results.json"
+        size = "quick" if quick else "full"
+        state = _load_state(path, force, progress)
+        if state and (state.get("size"), state.get("seed")) != (size, seed):
+            _set_aside(out, state, size, seed, force, progress)
+            state = {}
+        state = state or {"size": size, "seed": seed, "experiments": {}}
+        if jobs > 1 and len(chosen) > 1:
+            per_worker = threads or (1 if quick else max(1, torch.get_num_threads() // jobs))
+            return _run(out, path, state, chosen, quick, seed, force, progress, _Pool(jobs, per_worker))
+        with torch_threads(threads or (1 if quick else torch.get_num_threads())):
+            return _run(out, path, state, chosen, quick, seed, force, progress, None)
+
+
+class _FolderLock:
+    """Holds ``<out>/.audit.lock`` (an exclusive ``flock``, released when the process ends however it ends, so a
+    lock left by a killed run is never stale) while the run writes the folder; a second audit into it is refused."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / ".audit.lock"
+        self.file: Any = None
+
+    def __enter__(self) -> "_FolderLock":
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no lock
+            return self
+        self.file = open(self.path, "a+")
+        try:
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "?"
+            self.file.close()
+            raise RunFolderError(
+                f"another audit (pid {holder}) is writing {self.path.parent}: wait for it to finish, or use another "
+                "--out"
+            ) from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(str(os.getpid()))
+        self.file.flush()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def _set_aside(out: Path, state: dict[str, Any], size: str, seed: int, force: bool, progress: bool) -> None:
+    """A folder holding a run of another size or seed: refused, or with ``force`` that run is moved to
+    ``previous/<size>-seed<seed>-<time>/`` in the folder (results, report, figures) and a new run starts."""
+    old = f"a {state.get('size')} run with seed {state.get('seed')} ({len(state.get('experiments') or {})} experiments)"
+    if not force:
+        raise RunFolderError(
+            f"{out} holds {old}; this is a {size} run with seed {seed}: use another --out (default "
+            f"{default_out(size == 'quick', seed)}), or --force to start a new run there (the old one is kept in "
+            f"{out / 'previous'})"
+        )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    keep = out / "previous" / f"{state.get('size')}-seed{state.get('seed')}-{stamp}"
+    keep.mkdir(parents=True, exist_ok=False)
+    for name in ("results.json", "report.html", "figures"):
+        if (out / name).exists():
+            os.replace(out / name, keep / name)
+    if progress:
+        print(f"{out} held {old}: kept in {keep}; starting a new {size} run with seed {seed}", file=sys.stderr)
 
 
 def _provenance_now() -> dict[str, Any]:
@@ -440,25 +520,29 @@ def _parallel(
                 f"{task.exp.name}: jobs > 1 runs each experiment in a worker process, and this one cannot be sent "
                 f"to one ({type(err).__name__}: {err}); define its run function at module level, or use jobs=1"
             ) from err
-    last = {name: float(rec.get("seconds") or 0.0) for name, rec in state["experiments"].items()}
-    hint = {name: i for i, name in enumerate(_SLOW_FIRST)}
-    # slowest last time first, then the hint, then registry order (sorted is stable)
-    pending = sorted(tasks, key=lambda t: (-last.get(t.exp.name, 0.0), hint.get(t.exp.name, len(hint))))
+    pending = _slowest_first(tasks, state, quick)
     order = [e.name for e in chosen]
     executor = _executor(pool, len(pending))
     in_flight: dict[Future[tuple[Result, float]], _Task] = {}
+    lanes: dict[Future[tuple[Result, float]], int] = {}
     try:
         while pending or in_flight:
             while pending and len(in_flight) < pool.jobs:
-                task = pending.pop(0)
+                # lane 0 takes the slowest left, the other lanes the fastest left: a first verdict within seconds,
+                # and the slow experiments (which share testbeds) one after another in one lane
+                slow_lane = 0 not in lanes.values()
+                task = pending.pop(0 if slow_lane else -1)
                 shown.write(f"{task.counter} {task.exp.name} ... ({task.why})")
-                in_flight[executor.submit(_work, task.exp, task.cfg, str(ctx.run_dir))] = task
+                future = executor.submit(_work, task.exp, task.cfg, str(ctx.run_dir))
+                in_flight[future] = task
+                lanes[future] = 0 if slow_lane else 1
                 running[:] = [t.exp.name for t in in_flight.values()]
                 shown.start(", ".join(running))
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             broken = False
             for fut in sorted(done, key=lambda f: order.index(in_flight[f].exp.name)):
                 task = in_flight.pop(fut)
+                lanes.pop(fut, None)
                 try:
                     result, seconds = fut.result()
                 except Exception as err:  # the worker died (killed, out of memory) or its result did not pickle
@@ -480,6 +564,7 @@ def _parallel(
                 for task in in_flight.values():
                     pending.insert(0, task)
                 in_flight.clear()
+                lanes.clear()
                 executor = _executor(pool, len(pending))
         running.clear()
     finally:
@@ -488,6 +573,14 @@ def _parallel(
             if proc.is_alive():
                 proc.terminate()
         executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _slowest_first(tasks: list[_Task], state: dict[str, Any], quick: bool) -> list[_Task]:
+    """``tasks`` by expected seconds, slowest first: the seconds of the run last in this folder, else (quick size)
+    the known quick seconds, else 0; ties in registry order (sorted is stable)."""
+    last = {name: float(rec.get("seconds") or 0.0) for name, rec in state["experiments"].items()}
+    known = _QUICK_SECONDS if quick else {}
+    return sorted(tasks, key=lambda t: -last.get(t.exp.name, known.get(t.exp.name, 0.0)))
 
 
 def _in_order(records: dict[str, Any], order: list[str]) -> dict[str, Any]:
