@@ -130,7 +130,10 @@ def test_resume_reruns_an_experiment_whose_code_changed(
     run_audit(out)
     before = _results(out)["experiments"]["fake"]
     path = Path(fake.__file__ or "")
-    path.write_text(path.read_text() + "\n# an edit\n")
+    path.write_text(path.read_text() + "\n# a comment: prose, not code\n")
+    run_audit(out)
+    assert len(fake.CALLS) == 1  # kept: a comment does not change what runs
+    path.write_text(path.read_text() + "\nEXTRA = 1\n")
     run_audit(out)
     after = _results(out)["experiments"]["fake"]
     assert len(fake.CALLS) == 2
@@ -217,7 +220,8 @@ def test_code_files_follow_the_library_imports_transitively() -> None:
     path = Path(sys.modules["implicit_em.audit.claims.same_optimum"].__file__ or "")
     import hashlib
 
-    assert files["implicit_em.audit.claims.same_optimum"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    expected = hashlib.sha256(prov.code_text(path.read_bytes()).encode()).hexdigest()
+    assert files["implicit_em.audit.claims.same_optimum"] == expected
 
 
 def test_relative_imports_are_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
