@@ -42,7 +42,7 @@ test-long: $(VENV)/.installed-test
 test-all: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m ""
 
-LINT_PATHS := $(wildcard src tests benchmarks examples)
+LINT_PATHS := $(wildcard src tests benchmarks examples tools)
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check $(LINT_PATHS)

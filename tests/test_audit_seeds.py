@@ -1,4 +1,4 @@
-"""benchmarks/audit_seeds.py: the seed table flags an experiment whose verdict flips with the seed."""
+"""tools/audit_seeds.py: the seed table flags an experiment whose verdict flips with the seed."""
 
 import json
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""benchmarks/check_audit_records.py: a stored record is current only with this code and config."""
+"""tools/check_audit_records.py: a stored record is current only with this code and config."""
 
 import copy
 import functools

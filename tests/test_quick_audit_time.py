@@ -1,4 +1,4 @@
-"""benchmarks/quick_audit_time.py: the worker seconds of a run and the least wall time any schedule could take."""
+"""tools/quick_audit_time.py: the worker seconds of a run and the least wall time any schedule could take."""
 
 import json
 from pathlib import Path

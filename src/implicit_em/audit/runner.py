@@ -56,6 +56,7 @@ from implicit_em._runio import environment as _environment
 from implicit_em._runio import write_text_atomic as _write_atomic
 from implicit_em.audit import provenance as _provenance
 from implicit_em.audit.core import Context, Experiment, Result, torch_threads
+from implicit_em.audit.metrics import info as metric_info
 from implicit_em.report._results import ResultsError, read_results
 
 __all__ = ["RunFolderError", "available_cpus", "default_out", "run_audit", "select"]
@@ -647,8 +648,10 @@ def _plan(
 def _record(
     task: _Task, result: Result, seconds: float, state: dict[str, Any], versions: dict[str, Any]
 ) -> dict[str, Any]:
-    """The record of ``results.json`` for one finished experiment."""
+    """The record of ``results.json`` for one finished experiment. ``undeclared_metrics``: the metric keys set
+    without a unit and label (:mod:`implicit_em.audit.metrics`); the tests require none."""
     exp = task.exp
+    record_info = metric_info(result.metrics)
     return {
         "name": exp.name,
         "title": exp.title,
@@ -664,4 +667,5 @@ def _record(
         "commit": state["provenance"]["commit"],
         "dirty": state["provenance"]["dirty"],
         "versions": versions,
+        "undeclared_metrics": [k for k in result.metrics if k not in record_info],
     }

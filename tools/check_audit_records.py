@@ -1,6 +1,6 @@
 """Which records of a stored audit are current: same config, same code, and what a resume would keep.
 
-    .venv/bin/python benchmarks/check_audit_records.py docs/audit-full-results.json
+    .venv/bin/python tools/check_audit_records.py docs/audit-full-results.json
 
 For every experiment of the registry it prints the record's verdict, the commit it ran at, and ``current`` or why a
 resume in a folder holding this ``results.json`` would rerun it (its config or its code changed, naming the files;

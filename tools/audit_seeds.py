@@ -5,14 +5,14 @@ A verdict that flips with the seed is not a verdict. This runs ``implicit-em aud
 experiment, the verdict at every seed and whether they agree, as the markdown table of docs/audit.md; the table
 and the per-seed summaries also go to ``OUT/seed-table.json``.
 
-    flock /tmp/implicit-em-heavy.lock .venv/bin/python benchmarks/audit_seeds.py --seeds 0 1 2 --out runs/seeds
+    flock /tmp/implicit-em-heavy.lock .venv/bin/python tools/audit_seeds.py --seeds 0 1 2 --out runs/seeds
 
 Where an experiment is rerun on its own (``implicit-em audit --quick --only NAME --seed S --out DIR``, one folder
 per seed), ``--update TABLE DIR...`` replaces just the cells those folders hold in an existing table (docs/
 audit-seed-table.json): each cell's verdict, summary and source (folder, commit, seconds), refusing a run on a
 dirty checkout or at full size, and prints the regenerated markdown table:
 
-    .venv/bin/python benchmarks/audit_seeds.py --update docs/audit-seed-table.json runs/x/quick-s0 runs/x/quick-s1
+    .venv/bin/python tools/audit_seeds.py --update docs/audit-seed-table.json runs/x/quick-s0 runs/x/quick-s1
 """
 
 import argparse

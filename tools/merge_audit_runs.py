@@ -1,6 +1,6 @@
 """Merge audit run folders of one size and seed, each of which ran other experiments, into the first one.
 
-    .venv/bin/python benchmarks/merge_audit_runs.py DEST OTHER... [--replace NAME ...]
+    .venv/bin/python tools/merge_audit_runs.py DEST OTHER... [--replace NAME ...]
 
 A full audit split over several processes (``implicit-em audit --full --only ... --out runs/X``, one per core)
 ends in several folders; this copies every record of OTHER (with its figures) into DEST in registry order and

@@ -6,7 +6,7 @@ started, and the least wall time any schedule of those experiments on that many 
 max(sum / jobs, the slowest experiment), since an experiment runs on one worker. The experiments' own clocks
 exclude process start-up and the report, which the run's wall time (the fresh clone's log) includes.
 
-    .venv/bin/python benchmarks/quick_audit_time.py runs/demo/results.json [OTHER.json ...] [--write OUT.json]
+    .venv/bin/python tools/quick_audit_time.py runs/demo/results.json [OTHER.json ...] [--write OUT.json]
 """
 
 import argparse
