@@ -19,6 +19,7 @@ to its PNG in the run folder for the full-size view.
 """
 
 import base64
+import os
 import re
 import shlex
 import struct
@@ -183,6 +184,16 @@ def _figure(run_dir: Path, rel: str, experiment: str) -> dict[str, Any]:
     }
 
 
+def _claim_page(run_dir: Path, name: str) -> tuple[str, str]:
+    """The claim's page in the repository (``docs/claims/<name>.md``: its setting, rule and history) and a link to
+    it relative to the run folder when the folder lies in a checkout holding it (else no link, only the path)."""
+    page = f"docs/claims/{name}.md"
+    for root in run_dir.resolve().parents:
+        if (root / page).is_file():
+            return page, quote(os.path.relpath(root / page, run_dir.resolve()).replace(os.sep, "/"))
+    return page, ""
+
+
 def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     every = _criteria(str(e["name"]), e.get("criteria", []))
     criteria = [c for c in every if c["role"] != "identity"]  # what the verdict reads: tests and gates
@@ -205,6 +216,7 @@ def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> di
         "run_line": _run_line(e, results),
         "figures": [_figure(run_dir, f, e["name"]) for f in e.get("figures", [])],
         "details": e.get("details", ""),
+        **dict(zip(("page", "page_href"), _claim_page(run_dir, str(e["name"])), strict=True)),
     }
 
 
