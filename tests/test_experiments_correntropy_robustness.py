@@ -11,9 +11,10 @@ import torch
 
 from implicit_em.audit.claims import correntropy_robustness as cr
 from implicit_em.audit.core import Context, Result, torch_threads
+from implicit_em.audit.testbeds import ring_outliers as ring
 
 F64 = torch.float64
-SMALL = dataclasses.replace(cr.Config.quick(), seeds=3, gaps=(1.0, 4.0), steps=300)
+SMALL = dataclasses.replace(cr.Config.quick(), n_seeds=3, gaps=(1.0, 4.0), descent=ring.Descent(steps=300))
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -42,7 +43,7 @@ def test_the_gradient_on_one_point_is_its_closed_form(objective: str) -> None:
     sigma2 = cfg.kernel_width**2
     rho = torch.tensor([0.3, 1.0, 3.0, 10.0], dtype=F64)
     points = torch.stack([rho, torch.zeros_like(rho)], -1)
-    got = cr._gradient_mass(objective, torch.zeros(1, 2, dtype=F64), points, cfg)
+    got = ring.gradient_mass(objective, torch.zeros(1, 2, dtype=F64), points, cfg.kernel_width, cfg.sigmoid_bias)
     weight = {
         "lse": torch.ones_like(rho),
         "correntropy": torch.exp(-(rho**2) / sigma2),
@@ -59,7 +60,7 @@ def test_squared_distances_over_problems_are_the_librarys_per_problem() -> None:
 
     g = torch.Generator().manual_seed(0)
     x, m = torch.randn(3, 7, 2, generator=g, dtype=F64), torch.randn(3, 4, 2, generator=g, dtype=F64)
-    batched = cr._squared(x, m)
+    batched = ring.squared(x, m)
     for b in range(3):
         torch.testing.assert_close(batched[b], squared_euclidean(x[b], m[b]), rtol=0, atol=0)
 
@@ -67,24 +68,25 @@ def test_squared_distances_over_problems_are_the_librarys_per_problem() -> None:
 def test_sites_link_close_prototypes_into_one() -> None:
     apart = torch.tensor([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0]], dtype=F64)
     chain = torch.tensor([[0.0, 0.0], [0.2, 0.0], [0.4, 0.0]], dtype=F64)  # single linkage: one site
-    assert cr._sites(apart, 0.25) == 2 and cr._sites(chain, 0.25) == 1
+    assert ring.sites(apart, 0.25) == 2 and ring.sites(chain, 0.25) == 1
 
 
 def test_prototypes_on_the_centres_have_no_error_full_coverage_and_no_duplicates() -> None:
     cfg = cr.Config.quick()
-    data = cr._data(cfg, 0)
-    assert cr._describe(data.centres, data.centres, cfg) == {"centre error": 0.0, "coverage": 1.0, "duplicates": 0.0}
+    data = ring.draw(cfg.data, 0)
+    s = cfg.data.cluster_std
+    assert ring.describe(data.centres, data.centres, s) == {"centre error": 0.0, "coverage": 1.0, "duplicates": 0.0}
     doubled = data.centres.clone()
     doubled[1] = doubled[0]  # one centre twice, one centre uncovered
-    got = cr._describe(doubled, data.centres, cfg)
+    got = ring.describe(doubled, data.centres, s)
     assert got["duplicates"] == pytest.approx(1 / 5) and got["coverage"] == pytest.approx(4 / 5)
 
 
 def test_the_data_has_twenty_percent_outliers_beyond_the_ring() -> None:
     cfg = cr.Config.quick()
-    data = cr._data(cfg, 3)
+    data = ring.draw(cfg.data, 3)
     assert len(data.directions) / (len(data.directions) + len(data.inliers)) == pytest.approx(0.2)
-    out = cr._outliers(cfg, data, 4.0)
+    out = ring.outliers(cfg.data, data, 4.0)
     gap = torch.cdist(out, data.centres).min(1).values
     assert bool((gap >= 4.0 * cfg.kernel_width - 1e-12).all())  # at least the gap from every centre
 
@@ -121,13 +123,13 @@ def _lse_in_disguise(d: torch.Tensor, sigma: Any, dim: int = -1) -> torch.Tensor
 def test_a_correntropy_that_is_an_lse_is_refuted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Planted: replace correntropy by the normalised objective with the same kernel, and its closed form by the
     LSE's (so the identity holds for what is computed); C1, a test, must then fail and the verdict be REFUTED."""
-    real = cr._closed_form_weights
+    real = ring.closed_form_weights
 
-    def weights(objective: str, sq: torch.Tensor, cfg: cr.Config, planted: bool = False) -> torch.Tensor:
-        return real("lse" if objective == "correntropy" and not planted else objective, sq, cfg, planted)
+    def weights(objective: str, sq: torch.Tensor, sigma: float, bias: float, planted: bool = False) -> torch.Tensor:
+        return real("lse" if objective == "correntropy" and not planted else objective, sq, sigma, bias, planted)
 
-    monkeypatch.setattr(cr, "correntropy", _lse_in_disguise)
-    monkeypatch.setattr(cr, "_closed_form_weights", weights)
+    monkeypatch.setattr(ring, "correntropy", _lse_in_disguise)
+    monkeypatch.setattr(ring, "closed_form_weights", weights)
     with torch_threads(1):
         res = cr.run(SMALL, Context(tmp_path))
     assert not res.metrics["parts"]["C1 correntropy ignores far outliers"]
@@ -150,12 +152,12 @@ def test_a_broken_closed_form_raises_instead_of_giving_a_verdict(
 ) -> None:
     """A closed form off by 1e-6 relative (a bug): the identity fails, and the run raises rather than returning
     PARTIAL (the rule before issue 25) or any verdict."""
-    real = cr._closed_form_weights
+    real = ring.closed_form_weights
 
-    def off(objective: str, sq: torch.Tensor, cfg: cr.Config, planted: bool = False) -> torch.Tensor:
-        return real(objective, sq, cfg, planted) * (1.0 if planted else 1.0 + 1e-6)
+    def off(objective: str, sq: torch.Tensor, sigma: float, bias: float, planted: bool = False) -> torch.Tensor:
+        return real(objective, sq, sigma, bias, planted) * (1.0 if planted else 1.0 + 1e-6)
 
-    monkeypatch.setattr(cr, "_closed_form_weights", off)
+    monkeypatch.setattr(ring, "closed_form_weights", off)
     with torch_threads(1), pytest.raises(AssertionError, match=r"identities failed.*closed-form gradient"):
         cr.run(SMALL, Context(tmp_path))
 
@@ -164,14 +166,14 @@ def test_an_lse_posing_as_correntropy_is_caught_by_the_identity(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The library's correntropy replaced by an LSE, its closed form left as correntropy's: a bug, which raises."""
-    monkeypatch.setattr(cr, "correntropy", _lse_in_disguise)
+    monkeypatch.setattr(ring, "correntropy", _lse_in_disguise)
     with torch_threads(1), pytest.raises(AssertionError, match="correntropy: closed-form gradient"):
         cr.run(SMALL, Context(tmp_path))
 
 
 def test_outliers_that_never_come_near_give_no_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """If every 'outlier' sat far away whatever the gap, the near control could not fail: the run raises."""
-    monkeypatch.setattr(cr, "_outliers", lambda cfg, data, gap: 1e3 * data.directions)
+    monkeypatch.setattr(ring, "outliers", lambda setting, data, gap: 1e3 * data.directions)
     with torch_threads(1), pytest.raises(RuntimeError, match="control, near outliers"):
         cr.run(SMALL, Context(tmp_path))
 
@@ -181,9 +183,14 @@ def test_the_gaps_must_include_a_near_and_a_far_one(tmp_path: Path) -> None:
         cr.run(dataclasses.replace(SMALL, gaps=(4.0, 8.0)), Context(tmp_path))
 
 
+def test_every_metric_is_declared(quick: Result) -> None:
+    m = quick.metrics
+    assert not m.undeclared() and set(m.declared) == set(m)  # type: ignore[attr-defined]
+
+
 def test_the_kernel_is_the_clusters_gaussian() -> None:
     cfg = cr.Config.quick()
-    assert cfg.kernel_width**2 == pytest.approx(2 * cfg.cluster_std**2)
+    assert cfg.kernel_width**2 == pytest.approx(2 * cfg.data.cluster_std**2)
     assert math.exp(-(cfg.far_gap**2)) < 1.2e-7  # 'far': the kernel weight at the nearest centre
 
 

@@ -7,20 +7,25 @@ import torch
 
 from implicit_em.audit import EXPERIMENTS, Context, Result
 from implicit_em.audit.claims.cross_entropy_regime import EXPERIMENT, Config, competition
+from implicit_em.audit.core import torch_threads
 from implicit_em.objectives import constrained_cross_entropy
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
     figures = tmp_path_factory.mktemp("run") / "figures"
-    threads = torch.get_num_threads()
-    res = EXPERIMENT.run(Config.quick(), Context(figures.parent))
-    assert torch.get_num_threads() == threads  # run() works single-threaded and restores the setting
+    with torch_threads(1):  # as the audit's runner runs the quick size
+        res = EXPERIMENT.run(Config.quick(), Context(figures.parent))
     return res, figures
 
 
 def test_registered() -> None:
     assert EXPERIMENT in EXPERIMENTS
+
+
+def test_every_metric_is_declared(result: tuple[Result, Path]) -> None:
+    m = result[0].metrics
+    assert not m.undeclared() and set(m.declared) == set(m)  # type: ignore[attr-defined]
 
 
 def test_law_is_exact_in_float64_at_every_step(result: tuple[Result, Path]) -> None:

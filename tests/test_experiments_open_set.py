@@ -12,17 +12,26 @@ import torch
 
 from implicit_em.audit import EXPERIMENTS, Context, Result
 from implicit_em.audit.claims import open_set as exp
-from implicit_em.audit.claims.open_set import EXPERIMENT, Config, auroc
+from implicit_em.audit.claims.open_set import EXPERIMENT, Config
+from implicit_em.audit.core import torch_threads
+from implicit_em.audit.testbeds import ood
+from implicit_em.audit.testbeds.classifier import Training
+from implicit_em.audit.testbeds.ood import auroc
 
-TINY = dataclasses.replace(Config.quick(), seeds=1, epochs=5)
+TINY = dataclasses.replace(Config.quick(), n_seeds=1, train=Training(epochs=5))
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    with torch_threads(1):  # as the audit's runner runs the quick size
+        yield
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
     run_dir = tmp_path_factory.mktemp("run")
-    threads = torch.get_num_threads()
-    res = EXPERIMENT.run(Config.quick(), Context(run_dir))
-    assert torch.get_num_threads() == threads  # run() works single-threaded and restores the setting
+    with torch_threads(1):  # as the audit's runner runs the quick size
+        res = EXPERIMENT.run(Config.quick(), Context(run_dir))
     return res, run_dir
 
 
@@ -80,10 +89,10 @@ def test_auroc_equals_sklearn_with_ties() -> None:
 def test_log_not_top_is_log_one_minus_max_r_and_survives_saturation() -> None:
     logits = torch.randn(50, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
     expected = torch.log1p(-torch.softmax(logits, -1).amax(-1))
-    torch.testing.assert_close(exp._log_not_top(logits), expected, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(ood.log_not_top(logits), expected, atol=1e-12, rtol=1e-12)
     far = torch.tensor([[0.0, -60.0, -80.0], [0.0, -70.0, -90.0]], dtype=torch.float64)  # 1 − max r underflows
     assert bool((torch.softmax(far, -1).amax(-1) == 1.0).all())  # so 1 − max r would tie the two rows
-    score = exp._log_not_top(far)
+    score = ood.log_not_top(far)
     # exactly: log(e^{-60} + e^{-80}) − log(1 + e^{-60} + e^{-80}) = −60 + log1p(e^{-20}) (to 1e-26)
     assert score[0] == pytest.approx(-60.0 + math.log1p(math.exp(-20.0)), abs=1e-12)
     assert score[1] == pytest.approx(-70.0 + math.log1p(math.exp(-20.0)), abs=1e-12)
@@ -102,7 +111,7 @@ def test_the_null_and_the_soft_minimum_rank_inputs_identically(result: tuple[Res
 def test_the_learned_null_distance_meets_its_target_share(result: tuple[Result, Path]) -> None:
     """∂ℓ/∂τ = ε − r_0: after training, the null's mean share on the training images is ε (within 0.01)."""
     m = result[0].metrics
-    assert abs(m["train_null_share"]["mean"] - Config.quick().null_mass) < 0.01
+    assert abs(m["train_null_share"]["mean"] - Config.quick().null.mass) < 0.01
     assert m["train_null_share"]["max"] - m["train_null_share"]["min"] < 0.02
 
 
@@ -147,7 +156,7 @@ def test_verdict_follows_the_stated_rule(result: tuple[Result, Path]) -> None:
     expected = "REFUTED" if not passed[0] else ("SUPPORTED" if all(passed) else "PARTIAL")
     assert res.verdict == expected
     gains = res.metrics["auroc_gain_null_per_seed"]
-    assert len(gains) == cfg.seeds and res.metrics["auroc_gain_null_mean"] == pytest.approx(np.mean(gains))
+    assert len(gains) == cfg.n_seeds and res.metrics["auroc_gain_null_mean"] == pytest.approx(np.mean(gains))
 
 
 def test_figure_written(result: tuple[Result, Path]) -> None:
@@ -163,8 +172,8 @@ def _planted(monkeypatch: pytest.MonkeyPatch, make_ood: Any) -> None:
     """Replace the four OOD sets by ``make_ood(held-out known images)``."""
     real = exp._data
 
-    def data(seed: int) -> dict[str, torch.Tensor]:
-        out = real(seed)
+    def data(*args: int) -> dict[str, torch.Tensor]:
+        out = real(*args)
         planted = make_ood(out["x_known"])
         half = len(planted) // 2
         out.update(x_unseen=planted, x_uniform=planted[:half], x_marginal=planted[half:], x_natural=planted)
@@ -195,13 +204,13 @@ def test_far_planted_ood_is_found_by_the_null(tmp_path: Path, monkeypatch: pytes
 
 
 def test_a_broken_auroc_is_caught_by_the_random_score_control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(exp, "_null_sd", lambda n1, n2: 1e-9)  # no random AUROC is within 4e-9 of 1/2
+    monkeypatch.setattr(ood, "null_sd", lambda n1, n2: 1e-9)  # no random AUROC is within 4e-9 of 1/2
     with pytest.raises(RuntimeError, match="random score"):
         exp.run(TINY, Context(tmp_path))
 
 
 def test_null_sd_closed_form() -> None:
-    assert exp._null_sd(10, 10) == pytest.approx(math.sqrt(21 / 1200))
+    assert ood.null_sd(10, 10) == pytest.approx(math.sqrt(21 / 1200))
 
 
 # --- the natural-image patches (issue 25): a structured OOD set that is not digits -------------------------------
@@ -226,13 +235,13 @@ def _pixel_signature(x: np.ndarray) -> dict[str, float]:
 
 
 def test_natural_patches_are_on_the_digits_grid_and_scale() -> None:
-    patches = exp.natural_patches(0, 200)
+    patches = ood.natural_patches(0, 200)
     assert patches.shape == (200, 64) and patches.dtype == np.float64
     assert np.array_equal(patches, np.rint(patches)) and patches.min() >= 0 and patches.max() <= 16  # 0–16 integers
     assert np.median(patches.max(1) - patches.min(1)) >= 8  # scaled by its own range (4×4 block means narrow it)
-    assert np.array_equal(exp.natural_patches(0, 200), patches)  # reproducible per seed
-    assert not np.array_equal(exp.natural_patches(1, 200), patches)  # and another draw at another seed
-    assert exp.natural_patches(0, 0).shape == (0, 64)
+    assert np.array_equal(ood.natural_patches(0, 200), patches)  # reproducible per seed
+    assert not np.array_equal(ood.natural_patches(1, 200), patches)  # and another draw at another seed
+    assert ood.natural_patches(0, 0).shape == (0, 64)
 
 
 def test_natural_patches_are_not_digits() -> None:
@@ -244,14 +253,14 @@ def test_natural_patches_are_not_digits() -> None:
 
     x = _digits()
     digits, unseen = _pixel_signature(x[: len(x) // 2]), _pixel_signature(x[len(x) // 2 :])
-    natural = _pixel_signature(exp.natural_patches(3, 400))
+    natural = _pixel_signature(ood.natural_patches(3, 400))
     assert abs(digits["zero share"] - unseen["zero share"]) < 0.05  # one digit set looks like another ...
     assert natural["zero share"] < 0.1 < 0.4 < digits["zero share"]  # ... the patches do not
     assert natural["border mean"] > 3.0 > 0.5 > digits["border mean"]
     assert natural["neighbour corr"] > digits["neighbour corr"] + 0.3  # smooth natural texture, not strokes
     rng = np.random.default_rng(0)
     picked = x[rng.choice(len(x), 400, replace=False)]
-    both = np.concatenate([picked, exp.natural_patches(4, 400)])
+    both = np.concatenate([picked, ood.natural_patches(4, 400)])
     is_natural = np.repeat([0, 1], 400)
     clf = LogisticRegression(max_iter=2000)
     assert cross_val_score(clf, both, is_natural, cv=4).mean() > 0.95
@@ -265,26 +274,31 @@ def test_the_natural_set_is_in_the_pool_and_reported_per_set(result: tuple[Resul
     for score in ("msp", "null", "softmin", "min_d"):
         assert 0.0 <= m[f"auroc_{score}_natural"]["mean"] <= 1.0
     assert 0.0 <= m["confident_share_natural"]["mean"] <= 1.0
-    assert m["earlier_pool_verdict"] in ("SUPPORTED", "PARTIAL", "REFUTED")
-    assert list(m["earlier_pool_criteria"]) == [c.metric for c in result[0].criteria]
-    # the verdict's pool has the natural patches in it, the earlier pool does not: their numbers differ
-    assert m["earlier_pool_criteria"]["auroc_gain_null_mean"] != m["auroc_gain_null_mean"]
+    assert "earlier_pool_verdict" not in m and "earlier_pool_criteria" not in m  # a superseded rule: not computed
 
 
-def test_the_earlier_pool_does_not_see_the_natural_patches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Replacing the natural patches by far noise moves the verdict's pool and leaves the earlier pool's numbers
-    bitwise as they were (it is the digits 7–9 and the two noise sets, as before issue 25)."""
-    first = exp.run(TINY, Context(tmp_path / "a")).metrics
+def test_every_metric_is_declared(result: tuple[Result, Path]) -> None:
+    m = result[0].metrics
+    assert not m.undeclared() and set(m.declared) == set(m)  # type: ignore[attr-defined]
+
+
+def test_the_natural_patches_move_only_their_own_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replacing the natural patches by far noise moves the pooled criteria and the natural set's AUROC, and leaves
+    the other sets' per-set numbers bitwise as they were (the sets are scored apart, the models never see them)."""
+    with torch_threads(1):
+        first = exp.run(TINY, Context(tmp_path / "a")).metrics
     real = exp._data
 
-    def data(seed: int) -> dict[str, torch.Tensor]:
-        out = real(seed)
+    def data(*args: int) -> dict[str, torch.Tensor]:
+        out = real(*args)
         out["x_natural"] = 50.0 * torch.ones_like(out["x_natural"])
         return out
 
     monkeypatch.setattr(exp, "_data", data)
-    second = exp.run(TINY, Context(tmp_path / "b")).metrics
-    assert second["earlier_pool_criteria"] == first["earlier_pool_criteria"]
-    assert second["earlier_pool_verdict"] == first["earlier_pool_verdict"]
+    with torch_threads(1):
+        second = exp.run(TINY, Context(tmp_path / "b")).metrics
+    for name in ("unseen", "uniform", "marginal"):
+        for score in ("msp", "null", "softmin", "min_d"):
+            assert second[f"auroc_{score}_{name}"] == first[f"auroc_{score}_{name}"]
     assert second["auroc_null_natural"]["mean"] > 0.99  # far inputs: the null takes them
     assert second["auroc_gain_null_mean"] != first["auroc_gain_null_mean"]
