@@ -10,33 +10,24 @@ import pytest
 import torch
 
 from implicit_em.audit import EXPERIMENTS
-from implicit_em.audit.claims.two_timescale import (
-    DECIDING,
-    EXPERIMENT,
-    GROUPS,
-    Config,
-    _bijection,
-    _criteria,
-    _lr_mult,
-    _ordering,
-    _state,
-    _sticky,
-    decide,
-    planted_control,
-    run_names,
-    specificity,
-    speed_ups,
-)
-from implicit_em.audit.core import Context, Result, gated
+from implicit_em.audit.claims.two_timescale import DECIDING, EXPERIMENT, Config, criteria, settings, state, verdict
+from implicit_em.audit.core import Context, Result
 from implicit_em.audit.testbeds.two_timescale import (
+    GROUPS,
     Protocol,
     StackedOptimiser,
     displacement_times,
     drift_step,
     ema,
     ema_beta,
+    lr_multipliers,
+    ordering,
+    planted_control,
     planted_noisy_path,
+    run_names,
     schedule,
+    specificity,
+    speed_ups,
     stack_inits,
     stacked,
     sticky_state,
@@ -50,8 +41,25 @@ F64 = torch.float64
 
 def _tiny() -> Config:
     """A size that runs in seconds: 2 seeds, tens of steps (nothing tracks)."""
-    return dataclasses.replace(Config.quick(), n_seeds=2, sgd_steps=20, wt_adam_steps=20, tb_adam_steps=10,
-                               tb_sgd_steps=10, one_head_adam_steps=10, wt_probe=16, sticky_probe=8)  # fmt: skip
+    q = Config.quick()
+    return dataclasses.replace(
+        q,
+        n_seeds=2,
+        wind_tunnel=dataclasses.replace(q.wind_tunnel, sgd_steps=20, adam_steps=20, probe=16),
+        testbed=dataclasses.replace(q.testbed, adam_steps=10, sgd_steps=10),
+        one_head=dataclasses.replace(q.one_head, adam_steps=10, sgd_steps=20),
+        chain=dataclasses.replace(q.chain, probe=8),
+    )
+
+
+def _named(metrics: dict[str, dict[str, object]]) -> dict[str, object]:
+    """Per-setting metrics as the record holds them: ``<setting>_adam_<key>``, with the planted controls passing."""
+    return {"planted_errors": 0, **{f"{n}_adam_{k}": v for n, mm in metrics.items() for k, v in mm.items()}}
+
+
+def _verdict(metrics: dict[str, dict[str, object]], cfg: Config) -> str:
+    m = _named(metrics)
+    return verdict(cfg, m, criteria(cfg, m))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +118,7 @@ def test_ordering_needs_both_data_orders_and_reads_censoring() -> None:
     }
     t = {"tau_A": [k[0] for k in cases], "twin_tau_A": [k[1] for k in cases], "tau_V": [k[2] for k in cases],
          "twin_tau_V": [k[3] for k in cases], "drift_step": 600}  # fmt: skip
-    assert _ordering(t, cfg) == list(cases.values())
+    assert ordering(t, cfg.rule.ratio) == list(cases.values())
 
 
 def test_speed_ups_known_answer_and_a_planted_w_v_only_speed_up() -> None:
@@ -120,38 +128,43 @@ def test_speed_ups_known_answer_and_a_planted_w_v_only_speed_up() -> None:
     ramp = [1.0 + torch.clamp(1.0 - steps / s, min=0.0) for s in (80, 80, 40, 80, 80)]  # W_V twice as fast
     n = 4
     ce = torch.stack([r + 0.001 * i for i in range(n) for r in ramp], dim=1)  # (11, n x runs)
-    su = speed_ups(ce, steps.long(), n, runs, cfg)
+    su = speed_ups(ce, steps.long(), n, runs, cfg.rule.reach_tol)
     torch.testing.assert_close(su["speed_up"][0], torch.tensor([1.0, 1.0, 2.0, 1.0, 1.0], dtype=F64))
     noisy = su["speed_up"] + 0.05 * torch.randn(n, len(runs), generator=torch.Generator().manual_seed(0), dtype=F64)
-    assert specificity(noisy, runs, 10.0, cfg)["specific"]  # the planted W_V-only speed-up is found
+    assert specificity(noisy, runs, 10.0, cfg.rule.n_se)["specific"]  # the planted W_V-only speed-up is found
     same = [ramp[0], ramp[1], ramp[2], ramp[2], ramp[2]]  # the same speed-up on every group
-    su_same = speed_ups(torch.stack([r for _ in range(n) for r in same], 1), steps.long(), n, runs, cfg)["speed_up"]
-    assert not specificity(su_same + 0.05 * torch.randn(n, 5, dtype=F64), runs, 10.0, cfg)["specific"]
+    ce_same = torch.stack([r for _ in range(n) for r in same], 1)
+    su_same = speed_ups(ce_same, steps.long(), n, runs, cfg.rule.reach_tol)["speed_up"]
+    assert not specificity(su_same + 0.05 * torch.randn(n, 5, dtype=F64), runs, 10.0, cfg.rule.n_se)["specific"]
     never = speed_ups(torch.stack([ramp[0], ramp[1], 2.0 - steps / 200, ramp[3], ramp[4]], 1), steps.long(), 1,
-                      runs, cfg)  # fmt: skip
+                      runs, cfg.rule.reach_tol)  # fmt: skip
     assert never["censored"][0].tolist() == [False, False, True, False, False]
     assert float(never["speed_up"][0, 2]) == pytest.approx(0.8)  # counted at its upper bound, 80 / 100
 
 
 def test_planted_controls_pass() -> None:
-    assert planted_control(Config.quick())["planted_errors"] == 0
+    c = Config.quick()
+    r = c.rule
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        out = planted_control(g, c.ema_steps, c.snap_every, r.displacement, r.planted_tol, r.ratio, r.n_se)
+        assert out["planted_errors"] == 0
 
 
 def _metrics(track: float, plateau: float, supports: int) -> dict[str, object]:
     outcomes = ["supports"] * supports + ["fails"] * (5 - supports)
     return {"outcomes": outcomes, "track_ratio": [track] * 5, "plateau_gap_ratio": [plateau] * 5,
-            "state": "holds" if supports >= 4 else "fails", "gain_mean_se": {"x10": [1.0, 0.1]},
-            "vs_W_O_mean_se": {"x10": [0.8, 0.1]}, "vs_W_QK_mean_se": {"x10": [0.9, 0.1]}}  # fmt: skip
+            "state": "holds" if supports >= 4 else "fails", "specific": {"x10": True},
+            "gain_mean_se": {"x10": [1.0, 0.1]}, "vs_W_O_mean_se": {"x10": [0.8, 0.1]},
+            "vs_W_QK_mean_se": {"x10": [0.9, 0.1]}}  # fmt: skip
 
 
 def test_a_non_tracking_deciding_arm_makes_the_verdict_undecided() -> None:
     cfg = Config.full()
     good = {name: _metrics(0.05, 0.0, 5) for name in DECIDING}
-    criteria = [c for name in DECIDING for c in _criteria(name, good[name], cfg)]  # type: ignore[arg-type]
-    assert gated(decide({n: "holds" for n in DECIDING}, dict.fromkeys(DECIDING, True)), criteria) == "SUPPORTED"
+    assert _verdict(good, cfg) == "SUPPORTED"
     for bad in (_metrics(0.5, 0.0, 5), _metrics(0.05, 0.2, 5)):  # does not track / has not plateaued
-        crit = _criteria("wind_tunnel", bad, cfg) + _criteria("sticky", good["sticky"], cfg)  # type: ignore[arg-type]
-        assert gated("SUPPORTED", crit) == "UNDECIDED"
+        assert _verdict({"wind_tunnel": bad, "sticky": good["sticky"]}, cfg) == "UNDECIDED"
 
 
 def _planted_metrics(cfg: Config, a_first: bool, w_v_only: bool, track: float = 0.05) -> dict[str, object]:
@@ -162,23 +175,16 @@ def _planted_metrics(cfg: Config, a_first: bool, w_v_only: bool, track: float = 
     ta, tv = (fast, slow) if a_first else (slow, fast)
     t = {"tau_A": ta, "twin_tau_A": [x + 5 for x in ta], "tau_V": tv, "twin_tau_V": [x + 5 for x in tv],
          "drift_step": 600}  # fmt: skip
-    outcomes = _ordering(t, cfg)
+    outcomes = ordering(t, cfg.rule.ratio)
     runs = ["baseline", *[f"{g} x10" for g in GROUPS]]
     other = 1.0 if w_v_only else 2.0
     su = torch.tensor([1.0, 2.0, other, other], dtype=F64)
     su = su + 0.1 * torch.randn(5, 4, generator=torch.Generator().manual_seed(1), dtype=F64)
     su[:, 0] = 1.0
-    spec = specificity(su, runs, 10.0, cfg)
-    return {"outcomes": outcomes, "state": _state(outcomes, cfg), "specific": {"x10": spec["specific"]},
+    spec = specificity(su, runs, 10.0, cfg.rule.n_se)
+    return {"outcomes": outcomes, "state": state(outcomes, cfg.rule), "specific": {"x10": spec["specific"]},
             "track_ratio": [track] * 5, "plateau_gap_ratio": [0.005] * 5, "gain_mean_se": {"x10": spec["gain"]},
             "vs_W_O_mean_se": {"x10": spec["vs_W_O"]}, "vs_W_QK_mean_se": {"x10": spec["vs_W_Q/W_K"]}}  # fmt: skip
-
-
-def _verdict(metrics: dict[str, dict[str, object]], cfg: Config) -> str:
-    criteria = [c for name in DECIDING for c in _criteria(name, metrics[name], cfg)]  # type: ignore[arg-type]
-    states = {n: str(metrics[n]["state"]) for n in DECIDING}
-    specific = {n: bool(metrics[n]["specific"]["x10"]) for n in DECIDING}  # type: ignore[index]
-    return gated(decide(states, specific), criteria)
 
 
 def test_planted_effects_move_the_verdict_and_a_non_tracking_sticky_baseline_undecides_it() -> None:
@@ -207,6 +213,7 @@ def test_a_run_too_short_to_track_is_undecided(tmp_path: Path) -> None:
     failed = {c.metric for c in res.criteria if c.role == "gate" and not c.passed}
     assert any(m.startswith("wind_tunnel: baseline KL") for m in failed)
     assert not res.metrics["wind_tunnel_adam_tracks"]
+    assert not res.metrics.undeclared()  # type: ignore[attr-defined]  # every metric declared with its unit
 
 
 def test_stacked_optimiser_equals_torch_per_run() -> None:
@@ -246,26 +253,27 @@ def test_stacked_forward_equals_each_model_and_the_state_read_outs() -> None:
     params = stack_inits(models)  # type: ignore[arg-type]
     with torch.no_grad():
         out = stacked(models[0], lambda m, t: m(t), (None,))(params, tokens)
-        state = stacked(models[0], transformer_state, (None,))(params, tokens)
+        read = stacked(models[0], transformer_state, (None,))(params, tokens)
         for r, m in enumerate(models):
             torch.testing.assert_close(out[r], m(tokens))
-            torch.testing.assert_close(state["logits"][r], m(tokens))
+            torch.testing.assert_close(read["logits"][r], m(tokens))
     cfg = Config.quick()
-    sticky = _sticky(cfg)
+    sticky = settings(cfg)["sticky"]
     model = sticky.model(0)
     x = sticky.probe[0][:3]
     with torch.no_grad():
         s = sticky_state(model, x)
         torch.testing.assert_close(s["logits"], model(x))
-    assert s["A"].shape[:3] == (cfg.tb_layers, 3, cfg.tb_heads) and torch.all(s["A"].triu(1) == 0)
+    assert s["A"].shape[:3] == (cfg.testbed.layers, 3, cfg.testbed.heads) and torch.all(s["A"].triu(1) == 0)
 
 
 def test_lr_multipliers_address_each_group() -> None:
     cfg = Config.quick()
-    for setting in (_bijection(cfg), _sticky(cfg)):
+    built = settings(cfg)
+    for setting in (built["wind_tunnel"], built["sticky"]):
         runs = run_names(setting.multipliers)
         params = stack_inits([setting.model(0) for _ in runs])
-        mult = _lr_mult(params, setting, runs)
+        mult = lr_multipliers(params, setting, runs)
         for r, run in enumerate(runs):
             scaled = {k: float(v[r].max()) for k, v in mult.items() if float(v[r].max()) > 1.0}
             if run in ("baseline", "twin", "half"):
@@ -276,7 +284,7 @@ def test_lr_multipliers_address_each_group() -> None:
             assert all(any(g == group for g, _ in setting.groups(k)) for k in scaled)
             if setting.name == "wind_tunnel" and group != "W_O":  # a row block of the fused qkv weight
                 w = mult["blocks.0.attn.qkv.weight"][r, :, 0]
-                d = cfg.wt_d_model
+                d = cfg.wind_tunnel.d_model
                 rows = slice(2 * d, 3 * d) if group == "W_V" else slice(0, 2 * d)
                 assert torch.all(w[rows] == 10.0) and int((w == 10.0).sum()) == rows.stop - rows.start
     assert GROUPS == ("W_V", "W_O", "W_Q/W_K")
@@ -291,14 +299,13 @@ def test_quick_run_is_consistent(result: tuple[Result, Path]) -> None:
             p = f"{name}_{proto}_"
             assert len(m[p + "tau_A"]) == cfg.n_seeds
             assert m[p + "speed_up"]["baseline"] == [1.0] * cfg.n_seeds
-            assert m[p + "outcomes"] == _ordering({k: m[p + k] for k in ("tau_A", "twin_tau_A", "tau_V",
-                                                  "twin_tau_V", "drift_step")}, cfg)  # fmt: skip
+            t = {k: m[p + k] for k in ("tau_A", "twin_tau_A", "tau_V", "twin_tau_V", "drift_step")}
+            assert m[p + "outcomes"] == ordering(t, cfg.rule.ratio)
             assert all(g > -0.05 for g in m[p + "train_minus_bayes_nats"])  # online: no run beats Bayes
     # the one-head head cannot represent the filter: it ends no better than a tenth of the way to Bayes
-    assert all(r > cfg.track for r in m["sticky_one_head_adam_track_ratio"])
-    states = {n: m[f"{n}_adam_state"] for n in DECIDING}
-    specific = {n: m[f"{n}_adam_specific"]["x10"] for n in DECIDING}
-    assert res.verdict == gated(decide(states, specific), res.criteria)
+    assert all(r > cfg.rule.track for r in m["sticky_one_head_adam_track_ratio"])
+    assert res.verdict == verdict(cfg, m, res.criteria)
+    assert not m.undeclared()  # type: ignore[attr-defined]
     # a smoke size: the sticky testbed trains 40 of its 4,000 steps, cannot track, and so cannot decide
     assert not m["sticky_adam_tracks"] and res.verdict == "UNDECIDED"
     assert (run_dir / res.figures[0]).is_file()
