@@ -66,7 +66,8 @@ def test_is_registered_and_uses_the_sculpting_setting() -> None:
     assert EXPERIMENT in EXPERIMENTS
     cfg, sc = Config.quick(), SculptingConfig()
     ours = (cfg.stay, cfg.noise, cfg.init_std, cfg.sgd_lr, cfg.sgd_steps)
-    assert ours == (sc.stay, sc.noise, sc.init_std, sc.lr, sc.steps) == (0.8, 3.0, 0.1, 0.01, 1000)
+    theirs = (sc.chain.stay, sc.chain.noise, sc.training.init_std, sc.training.lr, sc.training.steps)
+    assert ours == theirs == (0.8, 3.0, 0.1, 0.01, 1000)
     assert Config.full().n_inits >= 10 and cfg.n_inits >= 10  # the one head: paired over >= 10 inits
 
 
@@ -117,11 +118,10 @@ def test_readout_subspace_matches_the_pseudo_inverse_projector_and_ignores_the_l
 
 def test_sgd_never_changes_the_logit_shift_direction_of_w_o() -> None:
     """The docstring's reason: the logit gradient sums to zero over the 8 logits, so W_O 1 stays at its init."""
-    cfg = dataclasses.replace(SculptingConfig(), steps=20, lr=0.5, log_every=5)
     params = stack_inits([3, 4], 1, 0.3)
     before = params["W_O"].detach().sum(dim=-1).clone()
     x, y = torch.randn(2, 16, 20, generator=_gen(1)), torch.randint(0, 8, (2, 16), generator=_gen(2))
-    train_runs(params, x, y, cfg.lr, cfg.steps, cfg.log_every)
+    train_runs(params, x, y, 0.5, 20, 5)
     assert float((params["W_O"].detach() - stack_inits([3, 4], 1, 0.3)["W_O"].detach()).abs().max()) > 1e-2
     torch.testing.assert_close(params["W_O"].detach().sum(dim=-1), before, rtol=0, atol=1e-5)  # float32 steps
 

@@ -1,6 +1,5 @@
 """sticky_sculpting: the exact controls, the batched training, the head's invariances, and the verdict rule."""
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -13,10 +12,12 @@ from implicit_em.audit.claims.sticky_sculpting import (
     PAPER_NOISE,
     PAPER_STAY,
     Config,
-    _decide,
+    criteria,
     no_context_posterior,
     paired_metrics,
     single_head_logits,
+    summary,
+    verdict,
     window_posterior,
 )
 from implicit_em.audit.core import Context, Result
@@ -29,6 +30,12 @@ from implicit_em.windtunnel.tasks import StickyMarkovTask
 def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
     run_dir = tmp_path_factory.mktemp("run")
     return EXPERIMENT.run(Config.quick(), Context(run_dir)), run_dir
+
+
+def _decide(m: dict[str, float], cfg: Config) -> tuple[str, str]:
+    """The verdict and the summary, as ``run`` composes them."""
+    v = verdict(cfg, m, criteria(cfg, m))
+    return v, summary(cfg, m, v)
 
 
 def _task(stay: float, noise: float, length: int = 300, seed: int = 0) -> StickyMarkovTask:
@@ -52,12 +59,12 @@ def test_windowed_filter_spans_no_context_to_bayes() -> None:
 def test_setting_needs_context_and_the_paper_setting_does_not() -> None:
     """The issue's finding and the criterion that chose the setting, from the exact posterior (no training)."""
     cfg = Config.quick()
-    for stay, noise, lo, hi in ((PAPER_STAY, PAPER_NOISE, 0.0, 0.005), (cfg.stay, cfg.noise, 0.3, 0.6)):
+    for stay, noise, lo, hi in ((PAPER_STAY, PAPER_NOISE, 0.0, 0.005), (cfg.chain.stay, cfg.chain.noise, 0.3, 0.6)):
         task = _task(stay, noise, length=1000)
         seq = task.sample(torch.Generator().manual_seed(1))
         kl_nc = float(kl_bits(seq.posterior, no_context_posterior(task, seq)).mean())
         assert lo < kl_nc < hi, (stay, noise, kl_nc)
-    assert cfg.context_ratio * cfg.target_kl <= 0.3  # the chosen setting passes the >= 10x criterion
+    assert cfg.rule.context_ratio * cfg.rule.target_kl <= 0.3  # the chosen setting passes the >= 10x criterion
 
 
 def test_no_context_predictor_is_the_best_from_x_t_alone() -> None:
@@ -74,13 +81,12 @@ def test_no_context_predictor_is_the_best_from_x_t_alone() -> None:
 
 def test_batched_training_equals_runs_alone() -> None:
     """Training R runs at once gives each run exactly the SGD trajectory it has alone."""
-    cfg = dataclasses.replace(Config.quick(), steps=5, log_every=1)
     x, y = torch.randn(3, 12, 20), torch.randint(0, 8, (3, 12))
     batched = stack_inits([7, 8, 9], 1, 0.5)
-    train_runs(batched, x, y, cfg.lr, cfg.steps, cfg.log_every)
+    train_runs(batched, x, y, 0.01, 5, 1)
     for r, seed in enumerate((7, 8, 9)):
         alone = {k: v[None].detach().clone().requires_grad_(True) for k, v in init_head(seed, 0.5).items()}
-        train_runs(alone, x[r : r + 1], y[r : r + 1], cfg.lr, cfg.steps, cfg.log_every)
+        train_runs(alone, x[r : r + 1], y[r : r + 1], 0.01, 5, 1)
         for name in alone:
             torch.testing.assert_close(batched[name][r], alone[name][0], rtol=1e-5, atol=1e-6)
 
@@ -136,11 +142,12 @@ def test_quick_run_is_consistent(result: tuple[Result, Path]) -> None:
     assert len(d) == cfg.n_inits * cfg.n_sequences
     torch.testing.assert_close(d, torch.tensor(m["kl_init_per_run"]) - torch.tensor(m["kl_trained_per_run"]))
     setting, positive, improved, tracked = res.criteria
-    assert improved.threshold == pytest.approx(cfg.sigmas * float(d.std()))
+    assert improved.threshold == pytest.approx(cfg.rule.sigmas * float(d.std()))
     assert improved.measured == pytest.approx(float(d.mean()))
-    assert tracked.threshold == cfg.target_kl and tracked.measured == pytest.approx(m["kl_trained_mean"])
+    assert tracked.threshold == cfg.rule.target_kl and tracked.measured == pytest.approx(m["kl_trained_mean"])
     assert m["gap_closed"] == pytest.approx(float(d.mean()) / m["kl_init_mean"])
     assert res.verdict == _decide(m, cfg)[0]
+    assert set(res.metrics.declared) == set(m)  # every metric declared with its unit and label
     # the controls, next to the model: no-context = window 1, the ladder falls, the positive control meets the target
     assert m["kl_window_1"] == pytest.approx(m["kl_no_context"])
     assert m["kl_uniform"] > m["kl_window_1"] > m["kl_window_2"] > m["kl_window_4"] > m["kl_window_8"]
