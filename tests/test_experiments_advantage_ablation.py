@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from implicit_em.audit.claims import advantage_ablation as aa
-from implicit_em.audit.claims.sticky_sculpting import SHAPES, single_head_logits
-from implicit_em.audit.core import Context
+from implicit_em.audit.core import Context, Criterion, gated
+from implicit_em.audit.testbeds import ablation_arms as arms
+from implicit_em.audit.testbeds import manifold
 from implicit_em.audit.testbeds.ablation import (
     MODES,
     ablated_sticky,
@@ -25,6 +26,7 @@ from implicit_em.audit.testbeds.ablation import (
     single_head,
     sticky_query_key_weights,
 )
+from implicit_em.audit.testbeds.one_head import SHAPES, single_head_logits
 from implicit_em.windtunnel.models import CausalTransformer
 from implicit_em.windtunnel.sticky import StickyTestbed, parameter_groups
 
@@ -279,7 +281,7 @@ def _planted_sticky(
     other-window-label control's scores; chance 0.35 and the aligned bar 0.675 as in the run."""
     m = _planted(a_kl, b_kl, d_kl, {"init": FLAT, "A": FLAT, "B": FLAT, "D": FLAT})  # PC1 / ρ: not read here
     m.update(chance=0.35, aligned_threshold=0.675)
-    for i, x in enumerate(aa.MEASURES):
+    for i, x in enumerate(arms.MEASURES):
         m[f"init_spread_{x}_sd"] = spread_sd
         m[f"shuffled_{x}"] = shuffled[i]
         for name, pair in scores.items():
@@ -330,26 +332,19 @@ def test_sticky_outcome_reads_sticky_manifolds_read_out(
 
 
 def test_sticky_thresholds_are_sticky_manifolds() -> None:
-    """The read-out's bars are sticky_manifold's declared ones (not chosen here), and the aligned bar is 0.675."""
-    from implicit_em.audit.claims import sticky_manifold as sm
-
-    cfg, smc = aa.Config.full(), sm.Config()
-    assert (cfg.manifold_sigmas, cfg.manifold_margin_fraction) == (smc.sigmas, smc.margin_fraction) == (2.0, 0.5)
-    assert cfg.queries() == smc.queries() == [7, 15, 23, 31]
+    """The read-out's bars are sticky_manifold's declared ones (testbeds.manifold, not chosen here), and the aligned
+    bar is 0.675; a bijection keeps its own (residual) signature."""
+    cfg = aa.Config.full()
+    assert (cfg.manifold.sigmas, cfg.manifold.margin_fraction) == (manifold.SIGMAS, manifold.MARGIN_FRACTION)
+    assert (manifold.SIGMAS, manifold.MARGIN_FRACTION) == (2.0, 0.5)
+    assert cfg.queries() == [7, 15, 23, 31]
     tb = cfg.testbed()
     chance = 7 / 20
     assert (tb.n_features, tb.n_symbols) == (20, 8)
-    assert chance + cfg.manifold_margin_fraction * (1 - chance) == pytest.approx(0.675)
-
-
-def test_the_sticky_residual_signature_is_still_readable_and_a_bijection_keeps_its_own() -> None:
-    cfg = aa.Config.quick()
-    m = _planted_sticky(0.04, 0.5, 1.5, {"init": CHANCE, "A": KEEPS, "B": CHANCE, "D": CHANCE})
-    assert aa._task_outcome(aa._task_criteria("sticky", m, cfg)) == "necessary"
-    # the earlier reading (the residual's PC1 / |ρ|, here flat for A): its signature gate fails
-    assert aa._task_outcome(aa._task_criteria("sticky", m, cfg, signature="residual")) == "undecided"
-    assert "A_rho" in aa._task_criteria("bijection", _planted(0.01, 0.5, 0.6, {"init": FLAT, "A": GOOD, "B": FLAT,
-                                                                               "D": FLAT}), cfg)  # fmt: skip
+    assert chance + cfg.manifold.margin_fraction * (1 - chance) == pytest.approx(0.675)
+    bijection = aa._task_criteria("bijection", _planted(0.01, 0.5, 0.6, {"init": FLAT, "A": GOOD, "B": FLAT,
+                                                                         "D": FLAT}), cfg)  # fmt: skip
+    assert "A_rho" in bijection and "A_readout_aligned" not in bijection
 
 
 def test_the_read_out_differentiates_the_models_function_not_the_arms_surgery() -> None:
@@ -368,7 +363,7 @@ def test_the_read_out_differentiates_the_models_function_not_the_arms_surgery() 
     zero.load_state_dict(exact.state_dict())
     basis = symbol_mean_basis(tb.means)
     torch.testing.assert_close(zero(x), exact(x), rtol=0, atol=0)  # the same function
-    copy_ = aa._exact_copy(zero)
+    copy_ = arms.exact_copy(zero)
     assert all(a.mode == "exact" for a in copy_.modules() if isinstance(a, type(zero.blocks[0].attn)))
     assert zero.blocks[0].attn.mode == "zero"  # the arm itself is untouched
 
@@ -378,7 +373,7 @@ def test_the_read_out_differentiates_the_models_function_not_the_arms_surgery() 
 
     torch.testing.assert_close(readout(copy_), readout(exact), rtol=1e-4, atol=1e-4)
     assert float((readout(zero) - readout(exact)).abs().max()) > 1e-2
-    assert aa._exact_copy(exact) is not exact and basis.shape == (20, 7)
+    assert arms.exact_copy(exact) is not exact and basis.shape == (20, 7)
 
 
 def test_not_plateaued_is_undecided() -> None:
@@ -388,10 +383,19 @@ def test_not_plateaued_is_undecided() -> None:
     assert aa._task_outcome(crit) == "undecided"
 
 
+def _verdict(tasks: dict[str, dict[str, Criterion]]) -> tuple[str, dict[str, str]]:
+    """The claim's rule on these tasks' outcomes, gated by their criteria (as ``verdict`` on a record)."""
+    outcomes = {t: aa._task_outcome(c) for t, c in tasks.items()}
+    criteria = [c for tc in tasks.values() for c in tc.values()]
+    return gated(aa._rule(list(outcomes.values())), criteria), outcomes
+
+
 def test_verdict_combines_the_tasks() -> None:
-    assert aa._decide({"bijection": "falsifier", "sticky": "between"}) == "REFUTED"
-    assert aa._decide({"bijection": "necessary", "sticky": "necessary"}) == "SUPPORTED"
-    assert aa._decide({"bijection": "necessary", "sticky": "between"}) == "PARTIAL"
+    assert aa._rule(["falsifier", "between"]) == "REFUTED"
+    assert aa._rule(["necessary", "necessary"]) == "SUPPORTED"
+    assert aa._rule(["necessary", "between"]) == "PARTIAL"
+    m = {"outcome_bijection": "falsifier", "outcome_sticky": "between"}  # quick: only the sticky testbed decides
+    assert aa.verdict(aa.Config.quick(), m, []) == "PARTIAL" and aa.verdict(aa.Config.full(), m, []) == "REFUTED"
 
 
 def test_the_quick_verdict_is_the_sticky_testbeds_and_the_full_one_reads_both_tasks() -> None:
@@ -405,12 +409,12 @@ def test_the_quick_verdict_is_the_sticky_testbeds_and_the_full_one_reads_both_ta
     not_tracking = aa._task_criteria("t", _planted(0.5, 5.0, 6.0, good), quick)
     for bijection, at_full in ((falsifier, "REFUTED"), (not_tracking, "UNDECIDED"), (between, "PARTIAL")):
         tasks = {"bijection": bijection, "sticky": between}
-        assert aa._verdict({t: tasks[t] for t in quick.deciding_tasks()}, [])[0] == "PARTIAL"
-        assert aa._verdict({t: tasks[t] for t in full.deciding_tasks()}, [])[0] == at_full
+        assert _verdict({t: tasks[t] for t in quick.deciding_tasks()})[0] == "PARTIAL"
+        assert _verdict({t: tasks[t] for t in full.deciding_tasks()})[0] == at_full
     # the sticky half still decides the quick verdict: its falsifier or its failed gate moves it
     for sticky, expected in ((falsifier, "REFUTED"), (not_tracking, "UNDECIDED")):
         tasks = {"bijection": between, "sticky": sticky}
-        assert aa._verdict({t: tasks[t] for t in quick.deciding_tasks()}, [])[0] == expected
+        assert _verdict({t: tasks[t] for t in quick.deciding_tasks()})[0] == expected
 
 
 def test_a_failed_gate_on_either_task_makes_the_verdict_undecided() -> None:
@@ -419,19 +423,22 @@ def test_a_failed_gate_on_either_task_makes_the_verdict_undecided() -> None:
     necessary = aa._task_criteria("t", _planted(0.01, 0.5, 0.6, good), cfg)
     falsifier = aa._task_criteria("t", _planted(0.01, 0.015, 0.6, {**good, "B": GOOD}), cfg)
     not_tracking = aa._task_criteria("t", _planted(0.5, 5.0, 6.0, good), cfg)  # A does not track, B, D 10x worse
-    assert aa._verdict({"bijection": necessary, "sticky": necessary}, [])[0] == "SUPPORTED"
-    assert aa._verdict({"bijection": falsifier, "sticky": necessary}, [])[0] == "REFUTED"
-    verdict, outcomes = aa._verdict({"bijection": falsifier, "sticky": not_tracking}, [])
+    assert _verdict({"bijection": necessary, "sticky": necessary})[0] == "SUPPORTED"
+    assert _verdict({"bijection": falsifier, "sticky": necessary})[0] == "REFUTED"
+    verdict, outcomes = _verdict({"bijection": falsifier, "sticky": not_tracking})
     assert verdict == "UNDECIDED" and outcomes["sticky"] == "undecided"  # never PARTIAL, and not REFUTED either
-    assert aa._verdict({"bijection": not_tracking, "sticky": necessary}, [])[0] == "UNDECIDED"
+    assert _verdict({"bijection": not_tracking, "sticky": necessary})[0] == "UNDECIDED"
 
 
 # --- the gates and a planted effect on real training runs (small sizes) -------------------------------------
 
+_QUICK = aa.Config.quick()
 SMOKE = dataclasses.replace(
-    aa.Config.quick(), sticky_steps=60, onehead_steps=20, onehead_train_sequences=8, sticky_eval_size=64,
-    manifold_n_inits=3,
-)  # fmt: skip
+    _QUICK,
+    sticky=dataclasses.replace(_QUICK.sticky, steps=60, eval_size=64),
+    onehead=dataclasses.replace(_QUICK.onehead, steps=20, train_sequences=8),
+    manifold=dataclasses.replace(_QUICK.manifold, n_inits=3),
+)
 
 
 @pytest.fixture(scope="module")
@@ -442,7 +449,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_a_non_tracking_sticky_arm_a_gives_undecided_end_to_end(smoke: Any) -> None:
     m = smoke.metrics
-    assert m["sticky_A_track_ratio_max"] > SMOKE.learned_fraction  # 60 steps: arm A does not track
+    assert m["sticky_A_track_ratio_max"] > SMOKE.rule.learned_fraction  # 60 steps: arm A does not track
     assert m["outcome_sticky"] == "undecided"
     assert smoke.verdict == "UNDECIDED"
     failed = [c.metric for c in smoke.criteria if c.role == "gate" and not c.passed]
@@ -457,13 +464,29 @@ def test_a_non_tracking_sticky_arm_a_gives_undecided_end_to_end(smoke: Any) -> N
     ids = [c for c in smoke.criteria if c.role == "identity"]
     assert len(ids) == 12 and all(c.passed for c in ids)  # 4 Function checks, 3 frozen-B, 5 read-out identities
     # the sticky read-out is computed, reported per seed, with its control and the earlier reading beside it
-    assert len(m["sticky_init_spread_readout_per_seed"][0]) == SMOKE.manifold_n_inits
-    assert len(m["sticky_shuffled_readout_per_seed"]) == SMOKE.manifold_n_shuffled == 1
-    assert m["outcome_sticky_residual_signature"] == "undecided"
+    assert len(m["sticky_init_spread_readout_per_seed"][0]) == SMOKE.manifold.n_inits
+    assert len(m["sticky_shuffled_readout_per_seed"]) == SMOKE.manifold.n_shuffled == 1
+    assert "outcome_sticky_residual_signature" not in m  # the superseded residual reading is not computed
+    assert m.undeclared() == []  # every key declared with a unit and a label
     assert m["sticky_planted_in_readout"] >= 1 - 1e-6 and m["sticky_planted_out_value"] <= 1e-6
     assert "sticky manifold read-out" in smoke.summary
     assert m["bijection_B_qk_change"] == 0.0 and m["sticky_B_qk_change"] == 0.0 and m["onehead_B_qk_change"] == 0.0
     assert smoke.figures
+
+
+def _bijection(cfg: aa.Config, arms_: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The bijection's arms of the config's first replicate (``arms_``: the arms to train, default all four)."""
+    return arms.bijection_arms(cfg.bijection, aa._streams(cfg, 0)["bijection"], cfg.rule.plateau_window, arms_)
+
+
+def _summary(runs: dict[str, Any], floors: list[float], cfg: aa.Config) -> dict[str, float]:
+    return arms.summarise(runs, floors, cfg.rule.learned_fraction, cfg.rule.plateau_tol)
+
+
+def _manifold_summary(replicates: list[dict[str, Any]], cfg: aa.Config) -> dict[str, float]:
+    tb = cfg.testbed()
+    chance = manifold.random_mean_cos2(tb.n_features, tb.n_symbols - 1, tb.n_symbols - 1)
+    return arms.manifold_summary(replicates, chance, cfg.manifold.margin_fraction)
 
 
 def test_replacing_arm_a_by_a_non_tracking_one_gives_undecided() -> None:
@@ -472,16 +495,16 @@ def test_replacing_arm_a_by_a_non_tracking_one_gives_undecided() -> None:
     a real training run; the sticky half's is in ``test_planted_sticky_arms_move_the_verdict`` and end to end in
     ``test_a_non_tracking_sticky_arm_a_gives_undecided_end_to_end``.)"""
     cfg = SMOKE
-    seed = aa._bijection_seed(cfg, 0)
-    runs = {k: [seed[k]] for k in ("init", *aa.ARMS)}
+    seed = _bijection(cfg)
+    runs = {k: [seed[k]] for k in ("init", *arms.ARMS)}
     floors = [seed["floor"]["kl"]]
-    honest = aa._task_criteria("bijection", aa._summarise(runs, floors, cfg), cfg)
+    honest = aa._task_criteria("bijection", _summary(runs, floors, cfg), cfg)
     assert honest["A_tracks"].passed  # the quick bijection's arm A tracks at seed 0
     fake_a = {**seed["init"], **{k: seed["A"][k] for k in ("kl_history", "plateau_drop", "plateau_change")}}
     fake_a["kl"] = seed["init"]["kl"]
-    swapped = aa._task_criteria("bijection", aa._summarise({**runs, "A": [fake_a]}, floors, cfg), cfg)
+    swapped = aa._task_criteria("bijection", _summary({**runs, "A": [fake_a]}, floors, cfg), cfg)
     assert not swapped["A_tracks"].passed
-    assert aa._verdict({"bijection": swapped}, [])[0] == "UNDECIDED"
+    assert _verdict({"bijection": swapped})[0] == "UNDECIDED"
 
 
 def test_an_ablation_arm_made_equal_to_a_triggers_the_falsifier() -> None:
@@ -489,27 +512,35 @@ def test_an_ablation_arm_made_equal_to_a_triggers_the_falsifier() -> None:
     the falsifier (within 2x of A, signature present) and the verdict REFUTED; the honest arms do not."""
     cfg = SMOKE
     # seed 1: the quick bijection's arm A passes every gate there (at seed 0 its |ρ| misses the signature gate)
-    planted = aa._bijection_seed(cfg, 1, arms={"A": "exact", "B": "zero", "C": "no_baseline", "D": "exact"})
+    planted = _bijection(
+        dataclasses.replace(cfg, seed=1), {"A": "exact", "B": "zero", "C": "no_baseline", "D": "exact"}
+    )
     assert planted["D"]["kl"] == planted["A"]["kl"]
-    runs = {k: [planted[k]] for k in ("init", *aa.ARMS)}
-    crit = aa._task_criteria("bijection", aa._summarise(runs, [planted["floor"]["kl"]], cfg), cfg)
+    runs = {k: [planted[k]] for k in ("init", *arms.ARMS)}
+    crit = aa._task_criteria("bijection", _summary(runs, [planted["floor"]["kl"]], cfg), cfg)
     assert all(c.passed for c in crit.values() if c.role == "gate")
     assert crit["D_ratio_falsifier"].passed and aa._task_outcome(crit) == "falsifier"
-    assert aa._verdict({"bijection": crit}, [])[0] == "REFUTED"
+    assert _verdict({"bijection": crit})[0] == "REFUTED"
 
 
-def test_a_sticky_ablation_arm_made_equal_to_a_reads_as_the_falsifier_in_kl() -> None:
+def test_a_sticky_ablation_arm_made_equal_to_a_reads_as_the_falsifier_in_kl(tmp_path: Path) -> None:
     """Planted effect on the testbed's own training runs (30 steps, small windows): arm D trained with the exact
     gradient equals A (same init, stream and steps), so its KL ratio is 1, its read-out is A's and the KL reading
     says "falsifier"; the honest zero-gradient arm B differs from A. (At 30 steps arm A does not track; the verdict
     is planted end to end on the quick arm A in ``test_planted_sticky_arms_move_the_verdict``.)"""
-    cfg = dataclasses.replace(SMOKE, sticky_length=12, sticky_eval_size=32, sticky_steps=30)
-    planted = aa._sticky_seed(cfg, 0, arms={"A": "exact", "B": "zero", "C": "no_baseline", "D": "exact"})
+    cfg = dataclasses.replace(
+        SMOKE,
+        sticky=dataclasses.replace(SMOKE.sticky, length=12, eval_size=32, steps=30),
+        manifold=dataclasses.replace(SMOKE.manifold, n_shuffled=0),
+    )
+    planted = aa._sticky_replicate(
+        cfg, Context(tmp_path), 0, {"A": "exact", "B": "zero", "C": "no_baseline", "D": "exact"}
+    )
     assert planted["D"]["kl"] == planted["A"]["kl"] and planted["D"]["kl_history"] == planted["A"]["kl_history"]
     assert planted["B"]["kl"] != pytest.approx(planted["A"]["kl"], rel=1e-3)  # the surgery does change training
-    runs = {k: [planted[k]] for k in ("init", *aa.ARMS)}
-    m = aa._summarise(runs, [planted["floor"]["kl"]], cfg)
-    m.update(aa._manifold_summary([planted], cfg))
+    runs = {k: [planted[k]] for k in ("init", *arms.ARMS)}
+    m = _summary(runs, [planted["floor"]["kl"]], cfg)
+    m.update(_manifold_summary([planted], cfg))
     assert m["D_over_A_kl"] == 1.0 and aa._kl_reading(m, cfg) == "falsifier"
     assert (m["D_readout"], m["D_value"]) == (m["A_readout"], m["A_value"])
     crit = aa._task_criteria("sticky", m, cfg)
@@ -518,19 +549,19 @@ def test_a_sticky_ablation_arm_made_equal_to_a_reads_as_the_falsifier_in_kl() ->
 
 
 @pytest.fixture(scope="module")
-def sticky_a() -> Any:
+def sticky_a(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The quick testbed's arm A at seed 0 (it tracks and plateaus there) with its init spread and the control."""
     cfg = aa.Config.quick()
-    return cfg, aa._sticky_seed(cfg, 0, arms={"A": "exact"}, shuffled=True)
+    return cfg, aa._sticky_replicate(cfg, Context(tmp_path_factory.mktemp("sticky_a")), 0, {"A": "exact"})
 
 
 def _sticky_task(cfg: aa.Config, seed: dict[str, Any], b: dict[str, Any], d: dict[str, Any]) -> Any:
     """The sticky task's criteria with arms B, C and D planted as the given records (C = D)."""
     planted = {"B": {**b, "qk_change": 0.0}, "C": {**d, "qk_change": 0.0}, "D": {**d, "qk_change": 0.0}}
     records = {**seed, **planted}  # planted arms stand in for the surgery's (its frozen-B identity is not read here)
-    runs = {k: [records[k]] for k in ("init", *aa.ARMS)}
-    m = aa._summarise(runs, [seed["floor"]["kl"]], cfg)
-    m.update(aa._manifold_summary([records], cfg))
+    runs = {k: [records[k]] for k in ("init", *arms.ARMS)}
+    m = _summary(runs, [seed["floor"]["kl"]], cfg)
+    m.update(_manifold_summary([records], cfg))
     return aa._task_criteria("sticky", m, cfg)
 
 
@@ -546,10 +577,10 @@ def test_planted_sticky_arms_move_the_verdict(sticky_a: Any) -> None:
     keeps = _sticky_task(cfg, seed, seed["A"], seed["A"])
     assert all(c.passed for c in keeps.values() if c.role == "gate")  # A tracks, plateaus, shows the manifold
     assert aa._arm_signature(keeps, "B") == "present" and aa._task_outcome(keeps) == "falsifier"
-    assert aa._verdict({"bijection": necessary_bijection, "sticky": keeps}, [])[0] == "REFUTED"
+    assert _verdict({"bijection": necessary_bijection, "sticky": keeps})[0] == "REFUTED"
     loses = _sticky_task(cfg, seed, seed["init"], seed["init"])
     assert aa._arm_signature(loses, "B") == "absent" and aa._task_outcome(loses) == "necessary"
-    assert aa._verdict({"bijection": necessary_bijection, "sticky": loses}, [])[0] == "SUPPORTED"
+    assert _verdict({"bijection": necessary_bijection, "sticky": loses})[0] == "SUPPORTED"
     # the control could fail: its model trained on another window's labels stays near chance, A does not
     assert seed["shuffled"]["readout"] < 0.675 <= seed["A"]["readout"]
     untrained_a = {**seed["init"], **{k: seed["A"][k] for k in ("kl_history", "plateau_drop", "plateau_change")}}
@@ -573,8 +604,8 @@ def test_quick_run_controls_hold_and_arm_a_tracks(quick: Any) -> None:
     assert m["bijection_B_qk_change"] == 0.0 and m["sticky_B_qk_change"] == 0.0  # the surgery removed the gradient
     # the random init sits near the no-context floor, and the exact gradient learns both tasks
     assert m["bijection_init_kl"] >= 0.5 * m["bijection_no_context_kl"]
-    assert m["bijection_A_track_ratio_max"] <= cfg.learned_fraction
-    assert m["sticky_A_track_ratio_max"] <= cfg.learned_fraction
+    assert m["bijection_A_track_ratio_max"] <= cfg.rule.learned_fraction
+    assert m["sticky_A_track_ratio_max"] <= cfg.rule.learned_fraction
     # the exact no-context KL of the bijection (V = 6, L = 5): mean over t of log2 6 - log2(6 - t + 1)
     floor = sum(math.log2(6) - math.log2(6 - t + 1) for t in range(1, 6)) / 5
     assert m["bijection_no_context_kl"] == pytest.approx(floor, rel=1e-12)
@@ -584,7 +615,7 @@ def test_quick_run_controls_hold_and_arm_a_tracks(quick: Any) -> None:
     assert m["deciding_tasks"] == ["sticky"]
     sticky_gates = [c for c in quick.criteria if c.role == "gate"]
     assert sticky_gates and all(c.metric.startswith("sticky:") for c in sticky_gates)
-    expected = aa._decide({"sticky": m["outcome_sticky"]})
+    expected = aa._rule([m["outcome_sticky"]])
     assert quick.verdict == (expected if all(c.passed for c in sticky_gates) else "UNDECIDED")
     # the one-head setting is reported and, as documented, does not track
     assert m["onehead_A_tracks"] == "no"
@@ -602,12 +633,12 @@ def test_quick_run_arms_differ_where_the_surgery_differs(quick: Any) -> None:
 
 def test_full_config_is_the_issue_setting() -> None:
     full = aa.Config.full()
-    assert full.n_symbols == 20 and full.n_seeds >= 5 and full.bijection_deciding
-    assert (full.ratio_necessary, full.ratio_falsifier, full.learned_fraction) == (10.0, 2.0, 0.1)
-    assert (full.onehead_stay, full.onehead_noise) == (0.8, 3.0)  # the pre-issue-25 one-head setting, reported
+    assert full.bijection.n_symbols == 20 and full.n_seeds >= 5 and full.bijection_deciding
+    assert (full.rule.ratio_necessary, full.rule.ratio_falsifier, full.rule.learned_fraction) == (10.0, 2.0, 0.1)
+    assert (full.onehead.stay, full.onehead.noise) == (0.8, 3.0)  # the earlier one-head setting, reported
     tb = full.testbed()
     assert (tb.stay, tb.noise, tb.length, tb.n_layers) == (0.9, 3.0, 32, 2)
-    assert (tb.track_fraction, tb.plateau_tol) == (full.learned_fraction, full.plateau_tol)
+    assert (tb.track_fraction, tb.plateau_tol) == (full.rule.learned_fraction, full.rule.plateau_tol)
 
 
 def test_claim_is_the_reviews_falsifier_as_written() -> None:

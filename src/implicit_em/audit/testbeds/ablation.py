@@ -45,6 +45,7 @@ __all__ = [
     "ablated_transformer",
     "attention_layers",
     "final_residual",
+    "gradient_checks",
     "query_key_weights",
     "routed_softmax",
     "row_permutations",
@@ -113,6 +114,42 @@ def row_permutations(t: int, seed: int) -> Tensor:
     cols = torch.arange(t)
     keys = torch.where(cols[None, :] > cols[:, None], 2.0 + cols.double()[None, :], keys)  # masked keys sort last
     return torch.argsort(keys, dim=-1)
+
+
+def gradient_checks(seed: int, t: int = 6, e: int = 4) -> dict[str, float]:
+    """Max errors, float64, of the four score gradients on a random causal head (scores, values and upstream
+    gradients drawn from ``seed``) against autograd's exact one.
+
+    ``exact_vs_autograd``: |A - autograd|; ``no_baseline_minus_exact``: |(C - A) - α⊙E_α b|; ``zero``: |B|;
+    ``permuted_vs_exact``: |D/α - π(A/α)| on the visible keys (A/α is the advantage)."""
+    g = torch.Generator().manual_seed(seed)
+    s0 = torch.randn(2, t, t, generator=g, dtype=torch.float64)
+    v = torch.randn(2, t, e, generator=g, dtype=torch.float64)
+    u = torch.randn(2, t, e, generator=g, dtype=torch.float64)  # the upstream gradient dl/dy
+    perm = row_permutations(t, seed)
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+
+    def grad(mode: Mode | None) -> Tensor:
+        s = s0.clone().requires_grad_(True)
+        alpha = (
+            torch.softmax(s.masked_fill(~causal, float("-inf")), -1) if mode is None else routed_softmax(s, mode, perm)
+        )
+        ((alpha @ v) * u).sum().backward()
+        assert s.grad is not None
+        return s.grad
+
+    ref, a, b, c, d = grad(None), grad("exact"), grad("zero"), grad("no_baseline"), grad("permuted")
+    alpha = torch.softmax(s0.masked_fill(~causal, float("-inf")), -1)
+    bij = u @ v.transpose(-2, -1)  # b_ij = u_i . v_j
+    adv = torch.where(causal, a / alpha, 0.0)
+    return {
+        "exact_vs_autograd": float((a - ref).abs().max()),
+        "no_baseline_minus_exact": float(((c - a) - alpha * (alpha * bij).sum(-1, keepdim=True)).abs().max()),
+        "zero": float(b.abs().max()),
+        "permuted_vs_exact": float(
+            torch.where(causal, d / alpha - adv.gather(-1, perm.expand_as(adv)), 0.0).abs().max()
+        ),
+    }
 
 
 class AblatedSelfAttention(CausalSelfAttention):
