@@ -13,13 +13,16 @@ from torch import Tensor
 from implicit_em import gaussian
 from implicit_em.audit import EXPERIMENTS, Context, Result, criterion
 from implicit_em.audit.claims import gd_vs_em_step as g
-from implicit_em.audit.claims.gd_vs_em_step import EXPERIMENT, Config
+from implicit_em.audit.claims.gd_vs_em_step import EXPERIMENT, Config, Sweep, XuJordan
+from implicit_em.audit.testbeds import gradient_em as ge
+from implicit_em.audit.testbeds.measured import Measured
 from implicit_em.distances import gaussian_energies, gaussian_mixture_log_likelihood
 from implicit_em.mixture._em import _estimate_gaussian_parameters
 from implicit_em.objectives import responsibilities
 
 F64 = torch.float64
-TINY = Config(n=200, weights=(0.5, 0.51, 0.7), iterations=20, n_xu_jordan=300, xu_jordan_iterations=8)
+TINY = Config(sweep=Sweep(n=200, weights=(0.5, 0.51, 0.7), iterations=20), xu_jordan=XuJordan(n=300, iterations=8))
+START = Config().sweep.start
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +33,7 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
 
 def _theta(seed: int, n: int = 400) -> tuple[Tensor, dict[str, Tensor]]:
     """Data from the planted mixture and a random valid θ = (α, m, Σ) that is not an EM fixed point."""
-    x = g._planted_mixture(seed, n)
+    x = ge.planted_mixture(seed, n)
     gen = torch.Generator().manual_seed(seed + 10)
     a = torch.randn(4, 3, 3, generator=gen, dtype=F64) / 2
     theta = {
@@ -43,7 +46,7 @@ def _theta(seed: int, n: int = 400) -> tuple[Tensor, dict[str, Tensor]]:
 
 def _gradient(x: Tensor, theta: dict[str, Tensor]) -> dict[str, Tensor]:
     leaves = {b: t.clone().requires_grad_(True) for b, t in theta.items()}
-    grads = torch.autograd.grad(g._gmm_loglik(x, *leaves.values()), list(leaves.values()))
+    grads = torch.autograd.grad(ge.gmm_loglik(x, *leaves.values()), list(leaves.values()))
     return dict(zip(leaves, grads, strict=True))
 
 
@@ -56,17 +59,17 @@ def test_registered() -> None:
 
 def test_sweep_data_mirror_the_same_draws() -> None:
     u = torch.randn(100, generator=torch.Generator().manual_seed(3), dtype=F64)
-    x = g._sweep_data(u, 100, 0.7)
+    x = ge.sweep_data(u, 100, 0.7)
     torch.testing.assert_close(x[:70], -2.0 + u[:70], rtol=0, atol=0)
     torch.testing.assert_close(x[70:], 2.0 - u[:30], rtol=0, atol=0)
-    balanced = g._sweep_data(u, 100, 0.5)
+    balanced = ge.sweep_data(u, 100, 0.5)
     assert torch.equal(balanced.sort().values, (-balanced).sort().values)  # symmetric about 0
-    s = g._em_step_1d(balanced, torch.tensor(g._START, dtype=F64), 1.0)[1]
+    s = ge.em_step_1d(balanced, torch.tensor(START, dtype=F64), 1.0)[1]
     assert abs(float(s[0] - s[1])) < 1e-12 and abs(float(s.sum()) - 100) < 1e-12
-    s_off = g._em_step_1d(x, torch.tensor(g._START, dtype=F64), 1.0)[1]
+    s_off = ge.em_step_1d(x, torch.tensor(START, dtype=F64), 1.0)[1]
     assert float(s_off[0] - s_off[1]) > 10  # the 0.7 sample is not balanced
     with pytest.raises(ValueError, match="n₁"):
-        g._sweep_data(u, 100, 0.3)
+        ge.sweep_data(u, 100, 0.3)
 
 
 def test_gradient_step_is_the_reviews_formula() -> None:
@@ -78,7 +81,7 @@ def test_gradient_step_is_the_reviews_formula() -> None:
     r = w / w.sum(1, keepdim=True)
     s = r.sum(0)
     review = (1 - eta * s / sigma**2) * mu + eta / sigma**2 * (r * x[:, None]).sum(0)
-    step = g._single_step(x, mu, sigma)
+    step = ge.single_step(x, mu, sigma)
     torch.testing.assert_close(mu + eta * step["ascent"], review, rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(step["mu_em"], (r * x[:, None]).sum(0) / s, rtol=1e-13, atol=1e-13)
     assert step["per_rel"] < 1e-13  # η_j = σ²/S_j is EM exactly
@@ -88,10 +91,10 @@ def test_gradient_step_is_the_reviews_formula() -> None:
 
 def test_best_single_error_closed_form() -> None:
     # symmetric steps δ = (a, −a) with imbalance ε = (S₁ − S₂)/(S₁ + S₂): error ε / √(1 + ε²)
-    err = g._best_single_error(torch.tensor([600.0, 400.0], dtype=F64), torch.tensor([0.3, -0.3], dtype=F64))
+    err = ge.best_single_error(torch.tensor([600.0, 400.0], dtype=F64), torch.tensor([0.3, -0.3], dtype=F64))
     assert float(err) == pytest.approx(0.2 / math.sqrt(1.04), rel=1e-14)
-    assert float(g._best_single_error(torch.tensor([500.0, 500.0]), torch.tensor([0.3, -0.1]))) == 0.0
-    assert float(g._best_single_error(torch.tensor([600.0, 400.0]), torch.tensor([0.3, 0.0]))) == 0.0
+    assert float(ge.best_single_error(torch.tensor([500.0, 500.0]), torch.tensor([0.3, -0.1]))) == 0.0
+    assert float(ge.best_single_error(torch.tensor([600.0, 400.0]), torch.tensor([0.3, 0.0]))) == 0.0
 
 
 def test_sweep_numbers_follow_the_closed_form(result: tuple[Result, Path]) -> None:
@@ -113,7 +116,7 @@ def test_balanced_control_one_eta_reproduces_step_and_path(result: tuple[Result,
     assert m["balanced: |S₁ − S₂| / n"] < 1e-12
     assert m["balanced: best single step relative error"] < 1e-12
     assert m["balanced: max gap between EM and GD paths"] < 1e-12
-    assert m["sweep: best single η"][0] == pytest.approx(2 / Config.quick().n, rel=1e-12)  # σ²/S with S = n/2
+    assert m["sweep: best single η"][0] == pytest.approx(2 / Config.quick().sweep.n, rel=1e-12)  # σ²/S with S = n/2
     gaps = m["sweep: max gap between EM and GD paths"]
     assert min(gaps[1:]) > 1e-4  # off balance the paths part
 
@@ -125,7 +128,7 @@ def test_loglik_is_the_librarys_and_its_gradients_are_xu_jordans() -> None:
     x, th = _theta(0)
     whitening = gaussian.precisions_cholesky(th["covs"], "full").mT
     lib = gaussian_mixture_log_likelihood(x, th["alpha"].log(), th["means"], whitening, "full").sum()
-    torch.testing.assert_close(g._gmm_loglik(x, th["alpha"], th["means"], th["covs"]), lib, rtol=1e-13, atol=0)
+    torch.testing.assert_close(ge.gmm_loglik(x, th["alpha"], th["means"], th["covs"]), lib, rtol=1e-13, atol=0)
     grad = _gradient(x, th)
     h = responsibilities(gaussian_energies(x, th["means"], whitening, "full"), th["alpha"].log())
     nk = h.sum(0)
@@ -139,7 +142,7 @@ def test_loglik_is_the_librarys_and_its_gradients_are_xu_jordans() -> None:
 
 def test_em_update_is_the_librarys_m_step() -> None:
     x, th = _theta(1)
-    em = g._em_update(x, th["alpha"], th["means"], th["covs"])
+    em = ge.em_update(x, th["alpha"], th["means"], th["covs"])
     whitening = gaussian.precisions_cholesky(th["covs"], "full").mT
     h = responsibilities(gaussian_energies(x, th["means"], whitening, "full"), th["alpha"].log())
     nk, means, covs = _estimate_gaussian_parameters(x, h, 0.0, "full")
@@ -152,54 +155,59 @@ def test_em_update_is_the_librarys_m_step() -> None:
 def test_preconditioned_step_is_em_and_wrong_preconditioners_miss() -> None:
     x, th = _theta(2)
     n = x.shape[0]
-    em = g._em_update(x, th["alpha"], th["means"], th["covs"])
+    em = ge.em_update(x, th["alpha"], th["means"], th["covs"])
     grad = _gradient(x, th)
-    pre = g._preconditioned(th, grad, em["nk"], n)
+    pre = ge.preconditioned(th, grad, em["nk"], n)
     dm = em["means"] - th["means"]
     usual = pre["covs_old"] - dm[:, :, None] * dm[:, None, :]
-    assert g._rel(pre["alpha"], em["alpha"], th["alpha"]) < 1e-10
-    assert g._rel(pre["means"], em["means"], th["means"]) < 1e-10
-    assert g._rel(pre["covs_old"], em["covs_old"], th["covs"]) < 1e-10
-    assert g._rel(usual, em["covs"], th["covs"]) < 1e-10
+    assert ge.rel(pre["alpha"], em["alpha"], th["alpha"]) < 1e-10
+    assert ge.rel(pre["means"], em["means"], th["means"]) < 1e-10
+    assert ge.rel(pre["covs_old"], em["covs_old"], th["covs"]) < 1e-10
+    assert ge.rel(usual, em["covs"], th["covs"]) < 1e-10
     # wrong preconditioners: one shared count N/K for the means (a single step size), diag(α)/N without −ααᵀ,
     # the old-means covariance step taken for the usual one
-    shared = g._preconditioned(th, grad, torch.full_like(em["nk"], n / 4), n)
-    assert g._rel(shared["means"], em["means"], th["means"]) > 0.05
+    shared = ge.preconditioned(th, grad, torch.full_like(em["nk"], n / 4), n)
+    assert ge.rel(shared["means"], em["means"], th["means"]) > 0.05
     no_projection = th["alpha"] + th["alpha"] * grad["alpha"] / n
-    assert g._rel(no_projection, em["alpha"], th["alpha"]) > 0.5
-    assert g._rel(pre["covs_old"], em["covs"], th["covs"]) > 1e-3
+    assert ge.rel(no_projection, em["alpha"], th["alpha"]) > 0.5
+    assert ge.rel(pre["covs_old"], em["covs"], th["covs"]) > 1e-3
+
+
+def _xu_jordan(cfg: Config) -> list[dict[str, float]]:
+    x = ge.planted_mixture(cfg.seed + 1, cfg.xu_jordan.n)
+    return ge.xu_jordan_run(x, cfg.seed + 2, cfg.xu_jordan.iterations, cfg.xu_jordan.min_step)
 
 
 def test_xu_jordan_run_checks_every_iterate_above_the_floor() -> None:
-    out = g._xu_jordan_run(TINY)
-    rows = out["rows"]
-    assert len(rows) == TINY.xu_jordan_iterations
-    assert all(row["smallest block step"] >= TINY.min_step for row in rows)
-    assert all(row[b] < 1e-10 for row in rows for b in g._BLOCKS)
+    rows = _xu_jordan(TINY)
+    assert len(rows) == TINY.xu_jordan.iterations
+    assert all(row["smallest block step"] >= TINY.xu_jordan.min_step for row in rows)
+    assert all(row[b] < 1e-10 for row in rows for b in ge.BLOCKS)
     assert min(row["identity: means"] for row in rows) > 1.0
     loglik = [row["loglik per sample"] for row in rows]
     assert all(b >= a - 1e-12 for a, b in itertools.pairwise(loglik))  # EM never decreases ℓ
-    stopped = g._xu_jordan_run(dataclasses.replace(TINY, min_step=rows[3]["smallest block step"] * 1.0001))
-    assert len(stopped["rows"]) < len(rows)  # the floor ends the run
+    floor = rows[3]["smallest block step"] * 1.0001
+    stopped = _xu_jordan(dataclasses.replace(TINY, xu_jordan=dataclasses.replace(TINY.xu_jordan, min_step=floor)))
+    assert len(stopped) < len(rows)  # the floor ends the run
 
 
 # --- the verdict ------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("passed", "verdict", "previous"),
+    ("passed", "expected"),
     [
-        ((False, True, True, True, True), "PARTIAL", "REFUTED"),
-        ((True, True, True, True, True), "SUPPORTED", "SUPPORTED"),
-        ((False, False, True, True, True), "REFUTED", "PARTIAL"),
-        ((False, True, False, True, True), "ERROR", "REFUTED"),
-        ((False, True, True, False, True), "ERROR", "REFUTED"),
-        ((True, True, True, True, False), "ERROR", "SUPPORTED"),
+        ((False, True, True, True, True), "PARTIAL"),
+        ((True, True, True, True, True), "SUPPORTED"),
+        ((False, False, True, True, True), "REFUTED"),
+        ((False, True, False, True, True), "ERROR"),
+        ((False, True, True, False, True), "ERROR"),
+        ((True, True, True, True, False), "ERROR"),
     ],
 )
-def test_decide(passed: tuple[bool, ...], verdict: str, previous: str) -> None:
+def test_verdict_rule(passed: tuple[bool, ...], expected: str) -> None:
     criteria = [criterion(f"c{i}", 0.0 if p else 2.0, "<", 1.0) for i, p in enumerate(passed)]
-    assert g._decide(criteria) == (verdict, previous)
+    assert g.verdict(TINY, Measured(), criteria) == expected
 
 
 def test_verdict_follows_the_recorded_criteria(result: tuple[Result, Path]) -> None:
@@ -212,28 +220,33 @@ def test_verdict_follows_the_recorded_criteria(result: tuple[Result, Path]) -> N
         cfg.preconditioned_tol,
         cfg.control_min_miss,
     ]
-    verdict, previous = g._decide(res.criteria)
-    assert res.verdict == verdict
-    assert res.metrics["verdict under the previous rule (REFUTED whenever a single step fails)"] == previous
+    assert res.verdict == g.verdict(cfg, Measured(), res.criteria)
     m = res.metrics
     assert res.criteria[0].measured == m["best single step: max relative error, imbalanced"]
     assert res.criteria[1].measured == m["preconditioned: max relative error"]
+
+
+def test_every_metric_is_declared_with_a_unit(result: tuple[Result, Path]) -> None:
+    m = result[0].metrics
+    assert isinstance(m, Measured) and m.undeclared() == []
+    assert m.declared["sweep: imbalance (S₁ − S₂)/(S₁ + S₂)"].unit == "ratio"  # a ratio, not a number of samples
+    assert not any("first design" in k or "previous rule" in k for k in m)  # superseded rules: docs/claims
 
 
 def test_planted_failures_move_the_verdict(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     base = g.run(TINY, Context(tmp_path))
     assert [c.passed for c in base.criteria] == [False, True, True, True, True]
     # a wrong means preconditioner (one shared count N/K): Xu–Jordan fails, so not even §3.2 holds
-    right = g._preconditioned
+    right = ge.preconditioned
     monkeypatch.setattr(
-        g, "_preconditioned", lambda th, gr, nk, n: right(th, gr, torch.full_like(nk, n / nk.numel()), n)
+        ge, "preconditioned", lambda th, gr, nk, n: right(th, gr, torch.full_like(nk, n / nk.numel()), n)
     )
     wrong = g.run(TINY, Context(tmp_path))
     assert not wrong.criteria[1].passed and wrong.verdict == "REFUTED"
-    monkeypatch.setattr(g, "_preconditioned", right)
+    monkeypatch.setattr(ge, "preconditioned", right)
     # an asymmetric start breaks the balanced control: the measurement is declared wrong
-    monkeypatch.setattr(g, "_START", (-0.5, 0.6))
-    broken = g.run(TINY, Context(tmp_path))
+    asymmetric = dataclasses.replace(TINY, sweep=dataclasses.replace(TINY.sweep, start=(-0.5, 0.6)))
+    broken = g.run(asymmetric, Context(tmp_path))
     assert not broken.criteria[2].passed and broken.verdict == "ERROR"
 
 
