@@ -29,15 +29,15 @@ correntropy_robustness.md``.
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from implicit_em.audit import stats
+from implicit_em.audit import seeds, stats
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated, identity
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds import ring_outliers as ring
+from implicit_em.audit.testbeds.measured import Measured
 from implicit_em.audit.testbeds.ring_outliers import Descent, Ring
 
 __all__ = ["EXPERIMENT", "Config", "criteria", "figures", "measure", "run", "summary", "verdict"]
@@ -105,12 +105,6 @@ class Config:
         return 1.0 / math.sqrt(self.data.per_cluster)
 
 
-class Measured(Metrics):
-    """The recorded metrics, and the first seed's data and every fit, which the figure draws (not recorded)."""
-
-    traces: dict[str, Any]
-
-
 def _mean(values: list[float]) -> float:
     """The mean as recorded before (left-to-right sum / n; not bitwise ``stats.mean`` for 8 values or more)."""
     return sum(values) / len(values)
@@ -125,10 +119,10 @@ def measure(cfg: Config, ctx: Context) -> Measured:
     """The fits, their shifts and descriptions, and the gradients on the outliers (module docstring)."""
     if not any(g >= cfg.far_gap for g in cfg.gaps) or not any(g <= cfg.near_gap for g in cfg.gaps):
         raise ValueError(f"gaps {cfg.gaps} need one ≥ far_gap {cfg.far_gap} and one ≤ near_gap {cfg.near_gap}")
-    seeds = [cfg.seed * cfg.n_seeds + i for i in range(cfg.n_seeds)]
-    datas = [ring.draw(cfg.data, s) for s in seeds]
+    data_seeds = [seeds.derive(cfg.seed, "data", i) for i in range(cfg.n_seeds)]  # data and starts of replicate i
+    datas = [ring.draw(cfg.data, s) for s in data_seeds]
     fits, grad_norm = ring.fit_all(cfg.data, datas, cfg.gaps, cfg.descent, cfg.sigmoid_bias)
-    s, n, per = cfg.data.cluster_std, len(seeds), 1 + len(cfg.gaps)
+    s, n, per = cfg.data.cluster_std, len(data_seeds), 1 + len(cfg.gaps)
     shift = {  # objective -> gap -> per seed, units of s
         o: [[float((f[i, 1 + g] - f[i, 0]).norm(dim=-1).mean()) / s for i in range(n)] for g in range(per - 1)]
         for o, f in fits.items()
@@ -139,7 +133,7 @@ def measure(cfg: Config, ctx: Context) -> Measured:
     }
     mass, share, closed_rel, planted_rel = ring.outlier_gradients(cfg.data, datas, fits, cfg.gaps, cfg.sigmoid_bias)
     m = Measured()
-    m.traces = {"data": datas[0], "fits": fits}
+    m.drawn = {"data": datas[0], "fits": fits}
     m.put("gaps (units of σ)", list(cfg.gaps), "σ units", "outlier gaps beyond the ring")
     m.put("kernel width σ", cfg.kernel_width, "data units", "kernel width σ = √2·s")
     m.put(
@@ -148,7 +142,7 @@ def measure(cfg: Config, ctx: Context) -> Measured:
         "data std",
         "standard error of a cluster mean, s/√n (units of the cluster std s)",
     )
-    m.put("seeds", seeds, "seed ids", "the data sets' and starts' seeds")
+    m.put("seeds", data_seeds, "seed ids", "the data sets' and starts' seeds")
     m.put(
         SHIFT_SPREAD,
         {o: [[stats.median(v), min(v), max(v)] for v in shift[o]] for o in OBJECTIVES},
@@ -332,7 +326,7 @@ def figures(cfg: Config, m: Measured, ctx: Context) -> list[str]:
     seeds; (c) per-outlier gradient mass against gap: the closed form on a dense sweep, autograd's medians."""
     plt = pyplot()
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.8))
-    data, fits = m.traces["data"], m.traces["fits"]
+    data, fits = m.drawn["data"], m.drawn["fits"]
     colors = {"lse": "C0", "correntropy": "C3", "sigmoid": "C2"}
     g_far = next(i for i, g in enumerate(cfg.gaps) if g >= cfg.far_gap)
     out = ring.outliers(cfg.data, data, cfg.gaps[g_far])

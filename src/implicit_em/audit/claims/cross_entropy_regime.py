@@ -31,12 +31,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from implicit_em.audit import stats
+from implicit_em.audit import seeds, stats
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds import classifier
 from implicit_em.audit.testbeds.classifier import Training
+from implicit_em.audit.testbeds.measured import Measured
 from implicit_em.objectives import constrained_cross_entropy
 from implicit_em.probes import HeadProbe
 
@@ -70,12 +71,6 @@ class Config:
         return cls(n_seeds=5, train=Training(epochs=60))
 
 
-class Measured(Metrics):
-    """The recorded metrics, and the first seed's histories the figure draws (``traces``, not recorded)."""
-
-    traces: dict[str, dict[str, Any]]
-
-
 def _digits(seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Standardised float64 digits: x_train (1347, 64), y_train, x_test (450, 64), y_test."""
     x, y = classifier.digits()
@@ -106,9 +101,9 @@ def competition(r: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 class _Arm:
     """One arm's training record: the law residual at every step, the competition statistics per epoch."""
 
-    def __init__(self, cfg: Config, data: tuple[Tensor, Tensor, Tensor, Tensor], seed: int, smoothing: float):
+    def __init__(self, cfg: Config, data: tuple[Tensor, Tensor, Tensor, Tensor], init: int, smoothing: float):
         self.data, self.smoothing = data, smoothing
-        self.model = classifier.make_classifier(seed, data[0].shape[1], K, cfg.train.embed_dim)
+        self.model = classifier.make_classifier(init, data[0].shape[1], K, cfg.train.embed_dim)
         self.hist: dict[str, Any] = {k: [] for k in ("residual", "accuracy", "mass", "top_share", "n_eff", "attract")}
         self.epoch: dict[str, Any] = {"worst": 0.0, "mass": [], "top": [], "n_eff": [], "attract": []}
 
@@ -140,11 +135,14 @@ class _Arm:
         self.epoch = {"worst": 0.0, "mass": [], "top": [], "n_eff": [], "attract": []}
 
 
-def _train_arm(cfg: Config, data: tuple[Tensor, Tensor, Tensor, Tensor], seed: int, smoothing: float) -> dict[str, Any]:
-    """Train one arm (Adam, the testbed's loop); its history."""
-    arm = _Arm(cfg, data, seed, smoothing)
+def _train_arm(
+    cfg: Config, data: tuple[Tensor, Tensor, Tensor, Tensor], init: int, order: int, smoothing: float
+) -> dict[str, Any]:
+    """Train one arm (Adam, the testbed's loop) from the initialisation seed ``init`` in the batch order ``order``;
+    its history."""
+    arm = _Arm(cfg, data, init, smoothing)
     opt = torch.optim.Adam(arm.model.parameters(), lr=cfg.train.lr)
-    classifier.train(opt, len(data[1]), cfg.train, seed, arm.backward, arm.end_epoch)
+    classifier.train(opt, len(data[1]), cfg.train, order, arm.backward, arm.end_epoch)
     return arm.hist
 
 
@@ -153,19 +151,19 @@ def measure(cfg: Config, ctx: Context) -> Measured:
     t0 = time.perf_counter()
     arms_of_seed: list[dict[str, dict[str, Any]]] = []
     for s in range(cfg.n_seeds):
-        seed = cfg.seed + s  # the split, the initialisation (both arms) and the batch order
-        data = _digits(seed)
+        data = _digits(seeds.derive(cfg.seed, "split", s))
+        init, order = seeds.derive(cfg.seed, "init", s), seeds.derive(cfg.seed, "batches", s)  # both arms alike
         arms_of_seed.append(
             {
-                HARD: _train_arm(cfg, data, seed, 0.0),
-                f"label smoothing {cfg.label_smoothing}": _train_arm(cfg, data, seed, cfg.label_smoothing),
+                HARD: _train_arm(cfg, data, init, order, 0.0),
+                f"label smoothing {cfg.label_smoothing}": _train_arm(cfg, data, init, order, cfg.label_smoothing),
             }
         )
     all_arms = [h for arms in arms_of_seed for h in arms.values()]
     hard = [arms[HARD] for arms in arms_of_seed]
     smoothed = [h for arms in arms_of_seed for name, h in arms.items() if name != HARD]
     m = Measured()
-    m.traces = arms_of_seed[0]
+    m.drawn = arms_of_seed[0]
     m.put("law_residual_max", max(max(h["residual"]) for h in all_arms), "absolute", "|∂ℓ/∂d − (t − r)| max")
     m.put("test_accuracy_min", min(h["accuracy"][-1] for h in all_arms), "accuracy", "held-out accuracy, min")
     per_seed = [h["accuracy"][-1] for h in hard]
@@ -287,7 +285,7 @@ def figures(cfg: Config, m: Measured, ctx: Context) -> list[str]:
     plt = pyplot()
     fig, ax = plt.subplots(1, 4, figsize=(19, 4.2))
     epochs = range(1, cfg.train.epochs + 1)
-    for i, (name, h) in enumerate(m.traces.items()):
+    for i, (name, h) in enumerate(m.drawn.items()):
         ax[0].plot(epochs, h["accuracy"], "o-", ms=3, color=f"C{i}", label=name)
         floor = [max(r, 1e-18) for r in h["residual"]]  # log axis: an exact 0 is drawn at 1e-18
         ax[1].semilogy(epochs, floor, "o-", ms=3, color=f"C{i}", label=name)
@@ -301,7 +299,7 @@ def figures(cfg: Config, m: Measured, ctx: Context) -> list[str]:
     ax[2].axhline(1 / (K - 1), color="k", ls=":", lw=0.8)
     ax[2].set(xlabel="epoch", title="wrong-class mass and top-competitor share\n(dotted: uniform 1/(K−1))")
     bins = [i / 40 for i in range(41)]
-    first = m.traces[HARD]
+    first = m.drawn[HARD]
     ax[3].hist(first["first_shares"].numpy(), bins=bins, alpha=0.5, label="epoch 1", density=True)
     ax[3].hist(first["last_shares"].numpy(), bins=bins, alpha=0.5, label=f"epoch {cfg.train.epochs}", density=True)
     ax[3].axvline(1 / (K - 1), color="k", ls=":", lw=0.8, label="uniform")

@@ -35,11 +35,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from implicit_em.audit import seeds
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds import classifier, ood
 from implicit_em.audit.testbeds.classifier import NullComponent, Training
+from implicit_em.audit.testbeds.measured import Measured
 
 __all__ = ["EXPERIMENT", "Config", "NullComponent", "criteria", "figures", "measure", "run", "summary", "verdict"]
 
@@ -74,21 +76,17 @@ class Config:
         return cls(n_seeds=10, train=Training(epochs=60))
 
 
-class Measured(Metrics):
-    """The recorded metrics, and what the figure draws besides them (``traces``, not recorded)."""
-
-    traces: dict[str, Any]
-
-
-def _data(seed: int) -> dict[str, Tensor]:
-    """Known train/test (x, y), the unseen digits 7–9, the noise images and the natural-image patches, all
-    standardised float64 (N, 64): centred by the training mean, divided by the training data's overall std."""
+def _data(seed: int, index: int) -> dict[str, Tensor]:
+    """Replicate ``index`` of the run seeded ``seed``: known train/test (x, y), the unseen digits 7–9, the noise
+    images and the natural-image patches, all standardised float64 (N, 64): centred by the training mean, divided by
+    the training data's overall std."""
     x, y = classifier.digits()
     known = y < KNOWN
-    x_tr, x_te, y_tr, y_te = classifier.split(x[known], y[known], seed)
+    x_tr, x_te, y_tr, y_te = classifier.split(x[known], y[known], seeds.derive(seed, "split", index))
     unseen = x[~known]
     n_uniform = len(unseen) // 2
-    uniform, marginal = ood.noise_images(np.random.default_rng(seed), x_tr, n_uniform, len(unseen) - n_uniform)
+    noise = seeds.generator(seed, "noise", index)
+    uniform, marginal = ood.noise_images(noise, x_tr, n_uniform, len(unseen) - n_uniform)
     mean, scale = x_tr.mean(axis=0), x_tr.std()
     as_x = lambda a: torch.as_tensor((a - mean) / scale, dtype=torch.float64)  # noqa: E731
     return {
@@ -99,26 +97,27 @@ def _data(seed: int) -> dict[str, Tensor]:
         "x_unseen": as_x(unseen),
         "x_uniform": as_x(uniform),
         "x_marginal": as_x(marginal),
-        "x_natural": as_x(ood.natural_patches([seed, 25], n_uniform)),
+        "x_natural": as_x(ood.natural_patches(seeds.derive(seed, "natural", index), n_uniform)),
     }
 
 
-def _one_seed(cfg: Config, seed: int) -> dict[str, Any]:
-    """Train both models on one split and score the held-out known images and the OOD pool."""
-    data = _data(seed)
+def _one_seed(cfg: Config, index: int) -> dict[str, Any]:
+    """Replicate ``index``: train both models on one split and score the held-out known images and the OOD pool."""
+    data = _data(cfg.seed, index)
     x, y = data["x_train"], data["y_train"]
-    closed, _, hist_closed = classifier.fit(x, y, KNOWN, cfg.train, seed)
-    open_model, null, hist_open = classifier.fit(x, y, KNOWN, cfg.train, seed, cfg.null)
+    init, order = seeds.derive(cfg.seed, "init", index), seeds.derive(cfg.seed, "batches", index)  # both alike
+    closed, _, hist_closed = classifier.fit(x, y, KNOWN, cfg.train, init, order)
+    open_model, null, hist_open = classifier.fit(x, y, KNOWN, cfg.train, init, order, cfg.null)
     assert null is not None
     x_ood = torch.cat([data[f"x_{name}"] for name in OOD_SETS])
     sizes = [len(data[f"x_{name}"]) for name in OOD_SETS]
     known = {"closed": ood.scores(closed, None, data["x_known"]), "open": ood.scores(open_model, null, data["x_known"])}
     pool = {"closed": ood.scores(closed, None, x_ood), "open": ood.scores(open_model, null, x_ood)}
-    rng = np.random.default_rng(10_000 + seed)  # the random score of the control
+    rng = seeds.generator(cfg.seed, "random score", index)  # the random score of the control
     n_known, n_ood = len(data["y_known"]), len(x_ood)
     out = ood.pool_numbers(cfg.confident_r, known, pool, sizes)
     out.update(
-        seed=seed,
+        replicate=index,
         accuracy_closed=classifier.accuracy(closed, data["x_known"], data["y_known"]),
         accuracy_open=classifier.accuracy(open_model, data["x_known"], data["y_known"]),
         auroc_random=ood.auroc(rng.uniform(size=n_known), rng.uniform(size=n_ood)),
@@ -142,7 +141,7 @@ def _check_random_score(cfg: Config, runs: list[dict[str, Any]]) -> None:
     for r in runs:
         if abs(r["auroc_random"] - 0.5) > cfg.random_sigmas * r["auroc_random_sd"]:
             raise RuntimeError(
-                f"a random score has AUROC {r['auroc_random']:.3f} at seed {r['seed']}, more than "
+                f"a random score has AUROC {r['auroc_random']:.3f} at replicate {r['replicate']}, more than "
                 f"{cfg.random_sigmas} null sd ({r['auroc_random_sd']:.3f}) from 1/2: the AUROC cannot be trusted"
             )
 
@@ -204,11 +203,11 @@ _PER_SEED: dict[str, tuple[str, str]] = {
 def measure(cfg: Config, ctx: Context) -> Measured:
     """Both models at every seed; the criteria's means, the per-seed numbers' spreads, the scaled noise."""
     t0 = time.perf_counter()
-    runs = [_one_seed(cfg, cfg.seed + s) for s in range(cfg.n_seeds)]
+    runs = [_one_seed(cfg, s) for s in range(cfg.n_seeds)]
     _check_random_score(cfg, runs)
     m = Measured()
-    m.traces = {"first": runs[0]["hist"], "seed": runs[0]["seed"]}
-    m.traces["per_seed"] = {
+    m.drawn = {"first": runs[0]["hist"]}
+    m.drawn["per_seed"] = {
         k: [r[k] for r in runs]
         for k in ("auroc_msp", "auroc_null", "auroc_softmin", "auroc_min_d", "scaled_max_r_median", "scaled_r0_median")
     }
@@ -313,7 +312,7 @@ def figures(cfg: Config, m: Measured, ctx: Context) -> list[str]:
     """Max r and r_0 per set, the ROC curves (first seed), the AUROCs per seed, and the scaled noise."""
     plt = pyplot()
     fig, ax = plt.subplots(1, 5, figsize=(24, 4.4))
-    first, per_seed = m.traces["first"], m.traces["per_seed"]
+    first, per_seed = m.drawn["first"], m.drawn["per_seed"]
     bins = np.linspace(0, 1, 41)
     for name, color in (("known", "C0"), ("unseen", "C1"), ("noise", "C3"), ("natural", "C2")):
         label = {"known": "held-out 0–6", "unseen": "digits 7–9", "noise": "noise", "natural": "natural patches"}[name]
@@ -328,7 +327,7 @@ def figures(cfg: Config, m: Measured, ctx: Context) -> list[str]:
         ax[2].plot(fpr, tpr, color=f"C{i}", lw=1.2, label=label)
     ax[2].plot([0, 1], [0, 1], "k:", lw=0.8)
     ax[2].set(xlabel="false-positive rate (held-out known)", ylabel="true-positive rate (OOD)")
-    ax[2].set_title(f"ROC, seed {m.traces['seed']}")
+    ax[2].set_title("ROC, first replicate")
     keys = [("auroc_msp", "1 − max r"), ("auroc_null", "r_0"), ("auroc_softmin", "−L"), ("auroc_min_d", "min d")]
     for j, (key, _) in enumerate(keys):
         values = per_seed[key]

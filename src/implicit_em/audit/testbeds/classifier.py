@@ -122,14 +122,15 @@ def accuracy(model: nn.Module, x: Tensor, y: Tensor) -> float:
 
 
 def fit(
-    x: Tensor, y: Tensor, n_classes: int, training: Training, seed: int, null: NullComponent | None = None
+    x: Tensor, y: Tensor, n_classes: int, training: Training, init: int, order: int, null: NullComponent | None = None
 ) -> tuple[DistanceClassifier, NoneOfTheAbove | None, dict[str, list[float]]]:
     r"""Adam on cross-entropy over the K classes of x (N, F), y (N,); or, with ``null``, over K + 1 components with
     :class:`~implicit_em.distances.NoneOfTheAbove` appended and the soft target :math:`(1-\varepsilon)e_y +
     \varepsilon e_\varnothing`, so :math:`\partial\ell/\partial\tau = \varepsilon - r_0` and τ settles where the
     null's mean share on the training images is ε. τ starts where the initial mean :math:`r_0` is about ε.
+    ``init`` seeds the initialisation (:func:`make_classifier`), ``order`` the batch order (:func:`batches`).
     Returns the model, the null (or None) and per epoch the training accuracy, the null's mean share and τ."""
-    model = make_classifier(seed, x.shape[1], n_classes, training.embed_dim)  # equal starts for one seed
+    model = make_classifier(init, x.shape[1], n_classes, training.embed_dim)  # equal starts for one init
     groups: list[dict[str, Any]] = [{"params": list(model.parameters()), "lr": training.lr}]
     component = None
     mass = null.mass if null is not None else 0.0
@@ -157,5 +158,5 @@ def fit(
                 hist["null_share"].append(float(component.responsibilities(d)[:, n_classes].mean()))
                 hist["tau"].append(float(component.null_distance))
 
-    train(torch.optim.Adam(groups), len(y), training, seed, backward, end_epoch)
+    train(torch.optim.Adam(groups), len(y), training, order, backward, end_epoch)
     return model, component, hist

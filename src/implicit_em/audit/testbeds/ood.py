@@ -54,7 +54,7 @@ def _photographs() -> list[np.ndarray]:
     return _GREY
 
 
-def natural_patches(seed: int | list[int], n: int) -> np.ndarray:
+def natural_patches(seed: int, n: int) -> np.ndarray:
     """``n`` natural-image patches on the digits' 8×8 grid and integer 0–16 scale, (n, 64) float64 (module
     docstring), drawn from ``numpy.random.default_rng(seed)``."""
     grey_images = _photographs()
