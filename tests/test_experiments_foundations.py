@@ -9,6 +9,8 @@ import torch
 
 from implicit_em.audit.claims import foundations as fd
 from implicit_em.audit.core import Context, torch_threads
+from implicit_em.audit.testbeds import identities as ids
+from implicit_em.audit.testbeds.measured import Measured
 
 EPS = torch.finfo(torch.float64).eps
 SMALL = dataclasses.replace(
@@ -21,7 +23,7 @@ def _gen() -> torch.Generator:
     return torch.Generator().manual_seed(0)
 
 
-def _by_name(measures: list[fd._Measure]) -> dict[str, fd._Measure]:
+def _by_name(measures: list[ids.Measure]) -> dict[str, ids.Measure]:
     return {m.name: m for m in measures}
 
 
@@ -39,15 +41,15 @@ def _paper() -> str:
 def test_violation_is_the_distance_outside_the_interval() -> None:
     value = torch.tensor([1.0, 2.5, 4.0], dtype=torch.float64)
     lower, upper = torch.full((3,), 2.0, dtype=torch.float64), torch.full((3,), 3.0, dtype=torch.float64)
-    assert fd._violation(value, lower, upper) == 1.0  # 1 below the lower bound (4 is 1 above the upper)
-    assert fd._violation(value[1:2], lower[1:2], upper[1:2]) == 0.0
+    assert ids.violation(value, lower, upper) == 1.0  # 1 below the lower bound (4 is 1 above the upper)
+    assert ids.violation(value[1:2], lower[1:2], upper[1:2]) == 0.0
 
 
 def test_softmin_controls_miss_by_their_closed_form_at_equal_distances() -> None:
     """With d ≈ 0 (spread 1e-3, unit eps·log K), equal distances give: without log K the lower bound is off by log K
     (1/eps units); at temperature τ by (τ − 1) log K ((τ − 1)/eps units)."""
     cfg = dataclasses.replace(SMALL, components=(10,), spreads=(1e-3,))
-    m = fd._softmin(cfg, _gen())
+    m = ids.softmin(cfg, _gen())
     laws = [x for x in m if x.role == "law"]
     no_log_k, temperature = (x.value for x in m if x.role == "control")
     assert all(x.value <= 1.0 for x in laws)  # the bounds hold and are attained to within one unit
@@ -59,7 +61,7 @@ def test_label_smoothing_controls_miss_by_their_closed_form() -> None:
     """The hard-label law misses t − r by ε(1 − 1/K) on the label; mass ε/(K − 1) on the wrong classes misses by
     ε/K there (unit eps with |d| ≤ 1)."""
     cfg = dataclasses.replace(SMALL, components=(10,), spreads=(1e-3,), smoothings=(0.1,))
-    m = fd._label_smoothing(cfg, _gen())
+    m = ids.label_smoothing(cfg, _gen())
     hard, wrong = (x.value for x in m if x.role == "control")
     assert hard == pytest.approx(0.1 * (1 - 1 / 10) / EPS, rel=1e-9)
     assert wrong == pytest.approx(0.1 / 10 / EPS, rel=1e-9)
@@ -67,7 +69,7 @@ def test_label_smoothing_controls_miss_by_their_closed_form() -> None:
 
 
 def test_mahalanobis_relu_identity_is_exact_and_the_units_sum_to_the_mahalanobis_distance() -> None:
-    m = _by_name(fd._mahalanobis(SMALL, _gen()))
+    m = _by_name(ids.mahalanobis(SMALL, _gen()))
     relu = next(x for name, x in m.items() if name.startswith("relu"))
     assert relu.value == 0.0
     total = next(x for name, x in m.items() if name.startswith("Σ over the D axes"))
@@ -77,29 +79,17 @@ def test_mahalanobis_relu_identity_is_exact_and_the_units_sum_to_the_mahalanobis
 
 def test_hopfield_read_out_with_one_key_is_that_key() -> None:
     cfg = dataclasses.replace(SMALL, keys=(1,))
-    m = fd._hopfield(cfg, _gen())
+    m = ids.hopfield(cfg, _gen())
     assert m[0].value <= 1.0  # the law: α = 1 and the gradient is k
     uniform = next(x for x in m if x.name.startswith("control, uniform"))
     assert uniform.value == 0.0  # with S = 1 uniform weights are α: this control cannot be caught here
 
 
-def test_aggregate_takes_the_worst_draw_for_laws_and_the_best_for_controls() -> None:
-    draws = [
-        [fd._Measure("law", 1.0, 16.0, "law"), fd._Measure("ctl", 100.0, 16.0, "control")],
-        [fd._Measure("law", 20.0, 16.0, "law"), fd._Measure("ctl", 10.0, 16.0, "control")],
-    ]
-    crits, values = fd._aggregate(draws)
-    assert crits["law"][0].measured == 20.0 and not crits["law"][0].passed
-    assert crits["control"][0].measured == 10.0 and not crits["control"][0].passed  # not caught in draw 2
-    assert values == {"law": [1.0, 20.0], "ctl": [100.0, 10.0]}
-
-
-@pytest.mark.parametrize(
-    ("holds", "expected"),
-    [((True, True, True, True), "SUPPORTED"), ((True, False, True, True), "PARTIAL"), ((False,) * 4, "REFUTED")],
-)
-def test_the_verdict_rule(holds: tuple[bool, ...], expected: str) -> None:
-    assert fd._verdict(dict(zip(fd.IDENTITIES, holds, strict=True))) == expected
+def test_judge_takes_the_worst_draw_for_laws_and_the_best_for_controls() -> None:
+    law = fd._judge(ids.Measure("law", 1.0, 16.0, "law"), [1.0, 20.0])
+    control = fd._judge(ids.Measure("ctl", 100.0, 16.0, "control"), [100.0, 10.0])
+    assert law.measured == 20.0 and not law.passed and law.role == "identity"
+    assert control.measured == 10.0 and not control.passed and control.role == "test"  # not caught in draw 2
 
 
 # --- the experiment -------------------------------------------------------------------------------------------------
@@ -121,9 +111,8 @@ def test_quick_run_every_identity_holds_and_every_control_is_caught(tmp_path: Pa
 
 
 def test_a_planted_lse_error_breaks_the_softmin_identity_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A wrong lse is a bug: the softmin identities fail and the run raises, naming them and no other identity
-    (before issue 25 this was a PARTIAL verdict)."""
-    monkeypatch.setattr(fd, "lse", lambda d: 1.001 * torch.logsumexp(-d, dim=-1))
+    """A wrong lse is a bug: the softmin identities fail and the run raises, naming them and no other identity."""
+    monkeypatch.setattr(ids, "lse", lambda d: 1.001 * torch.logsumexp(-d, dim=-1))
     with pytest.raises(AssertionError, match="identities failed") as caught:
         fd.run(SMALL, Context(tmp_path))
     broken = str(caught.value).split(": ", 1)[1]
@@ -134,12 +123,12 @@ def test_a_planted_lse_error_breaks_the_softmin_identity_only(tmp_path: Path, mo
 def test_a_planted_smoothing_error_breaks_the_label_smoothing_identity(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    wrong = fd.constrained_cross_entropy
+    wrong = ids.constrained_cross_entropy
 
     def smoothed_too_little(d: torch.Tensor, y: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
         return wrong(d, y, label_smoothing=0.9 * label_smoothing)
 
-    monkeypatch.setattr(fd, "constrained_cross_entropy", smoothed_too_little)
+    monkeypatch.setattr(ids, "constrained_cross_entropy", smoothed_too_little)
     with pytest.raises(AssertionError, match="identities failed") as caught:
         fd.run(SMALL, Context(tmp_path))
     broken = str(caught.value).split(": ", 1)[1]
@@ -165,11 +154,13 @@ def test_a_check_that_cannot_fail_gives_no_verdict(tmp_path: Path) -> None:
         fd.run(dataclasses.replace(SMALL, keys=(1,)), Context(tmp_path))
 
 
-def test_the_first_units_are_reported_beside_the_corrected_ones(tmp_path: Path) -> None:
+def test_every_metric_is_declared_and_no_superseded_rule_is_computed(tmp_path: Path) -> None:
     res = fd.run(SMALL, Context(tmp_path))
-    first = res.metrics["label_smoothing: first units (History), worst draw"]
-    assert len(first) == 2 and all(v >= 0 for v in first.values())
-    assert res.metrics["verdict under the first units (History; not used)"] in ("SUPPORTED", "PARTIAL")
+    assert isinstance(res.metrics, Measured) and res.metrics.undeclared() == []
+    assert not any("first unit" in key for key in res.metrics)
+    assert not any(
+        "first unit" in name for per_draw in res.metrics.values() if isinstance(per_draw, dict) for name in per_draw
+    )
 
 
 # --- the texts it quotes --------------------------------------------------------------------------------------------
