@@ -13,6 +13,11 @@ import torch
 from implicit_em.audit import EXPERIMENTS, Context, Result, criterion
 from implicit_em.audit.claims import attention_law as al
 from implicit_em.audit.claims.attention_law import EXPERIMENT, PARTS, Config
+from implicit_em.audit.core import Criterion
+from implicit_em.audit.testbeds import attention as att
+from implicit_em.audit.testbeds.measured import Measured
+from implicit_em.windtunnel.models import CausalTransformer
+from implicit_em.windtunnel.tasks import BijectionTask
 
 TOL = Config().law_tol
 
@@ -39,7 +44,7 @@ def _site(seed: int = 0, b: int = 3, t: int = 6, d: int = 8, h: int = 2) -> dict
 
 
 def _residuals(case: dict[str, Any]) -> dict[str, Any]:
-    return al._layer_residuals(case["site"], case["grad_qkv"], case["x"], case["scale"])["residuals"]
+    return att.layer_residuals(case["site"], case["grad_qkv"], case["x"], case["scale"])["residuals"]
 
 
 @pytest.fixture(scope="module")
@@ -118,12 +123,12 @@ def test_a_concentrated_row_has_a_vanishing_score_gradient_but_its_value_gradien
     alpha = np.array([1 - 3 * eps, eps, eps, eps]).reshape(1, 1, 1, 4)
     v = np.array([[0.0], [1.0], [-2.0], [3.0]]).reshape(1, 1, 4, 1)
     g = np.array([2.0]).reshape(1, 1, 1, 1)
-    grad_s = al.routing_law_np(alpha, v, g)
+    grad_s = att.routing_law_np(alpha, v, g)
     visible = np.ones((1, 4), dtype=bool)
-    a, _ = al.advantages_np(alpha, v, g)
+    a, _ = att.advantages_np(alpha, v, g)
     assert np.abs(grad_s).sum() <= 2 * 3 * eps * 10.0  # R = 2 * (3 - (-2)) = 10
-    assert float(al.row_gate_violation(grad_s, alpha, a, visible).max()) == 0.0
-    np.testing.assert_allclose(al.value_law_np(alpha, g).sum(axis=2), g[:, :, 0], rtol=1e-15)  # sum_j a_ij g_i = g_i
+    assert float(att.row_gate_violation(grad_s, alpha, a, visible).max()) == 0.0
+    np.testing.assert_allclose(att.value_law_np(alpha, g).sum(axis=2), g[:, :, 0], rtol=1e-15)  # sum_j a_ij g_i = g_i
 
 
 def test_the_ungated_advantage_violates_both_gates() -> None:
@@ -132,27 +137,10 @@ def test_the_ungated_advantage_violates_both_gates() -> None:
     visible = np.ones((5, 5), dtype=bool)
     ungated = a - (alpha * a).sum(-1, keepdims=True)
     gated = alpha * ungated
-    assert float(al.key_gate_violation(gated, alpha, a, visible).max()) == 0.0
-    assert float(al.row_gate_violation(gated, alpha, a, visible).max()) == 0.0
-    assert float(al.key_gate_violation(ungated, alpha, a, visible).min()) > 0.1
-    assert float(al.row_gate_violation(ungated, alpha, a, visible).min()) > 0.1
-
-
-def test_theorem1_fit_is_exact_for_a_multiple_of_alpha() -> None:
-    alpha = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), dim=-1).numpy()
-    c = torch.randn(2, 3, 4, 1, dtype=torch.float64).numpy()
-    fit, rel = al.theorem1_fit(-c * alpha, alpha)
-    np.testing.assert_allclose(fit, -c * alpha, rtol=1e-12, atol=1e-14)
-    assert float(rel.max()) < 1e-12
-
-
-def test_theorem1_fit_of_a_centred_gradient_leaves_at_least_one_over_root_s() -> None:
-    # the replaced rule's SUPPORTED branch is unreachable: rows summing to 0 cannot be multiples of alpha
-    s = 6
-    alpha = torch.softmax(4 * torch.randn(50, 1, 3, s, dtype=torch.float64), dim=-1).numpy()
-    b = torch.randn(50, 1, 3, s, dtype=torch.float64).numpy()
-    _, rel = al.theorem1_fit(alpha * (b - (alpha * b).sum(-1, keepdims=True)), alpha)
-    assert float(rel.min()) >= 1 / math.sqrt(s)
+    assert float(att.key_gate_violation(gated, alpha, a, visible).max()) == 0.0
+    assert float(att.row_gate_violation(gated, alpha, a, visible).max()) == 0.0
+    assert float(att.key_gate_violation(ungated, alpha, a, visible).min()) > 0.1
+    assert float(att.row_gate_violation(ungated, alpha, a, visible).min()) > 0.1
 
 
 # ---- the verdict rule: every branch reachable ---------------------------------------------------------------
@@ -165,6 +153,15 @@ def test_part_state() -> None:
     assert al.part_state([bad], [ok]) == "fails"
 
 
+def _criteria_in(states: dict[str, al.State]) -> list[Criterion]:
+    """One law and one control per part whose outcomes give ``states``."""
+    out = []
+    for part, state in states.items():
+        out.append(criterion(f"{part}: law (max over heads)", 2.0 if state == "fails" else 0.0, "<=", 1.0))
+        out.append(criterion(f"{part}: control law (min over heads)", 0.0 if state == "undecided" else 2.0, ">=", 1.0))
+    return out
+
+
 @pytest.mark.parametrize(
     ("value", "score", "other", "verdict"),
     [
@@ -175,25 +172,25 @@ def test_part_state() -> None:
         ("fails", "fails", "holds", "REFUTED"),
     ],
 )
-def test_decide(value: al.State, score: al.State, other: al.State, verdict: str) -> None:
+def test_verdict_rule(value: al.State, score: al.State, other: al.State, verdict: str) -> None:
     states: dict[str, al.State] = {"value side": value, "score side": score, "W_Q, W_K": other}
     states["Hopfield read-out"] = "holds"
-    assert al.decide(states) == verdict
+    assert al.verdict(Config(), Measured(), _criteria_in(states)) == verdict
 
 
 # ---- the pipeline on an untrained model, and the quick run ------------------------------------------------------
 
 
 def test_capture_on_an_untrained_model() -> None:
-    cfg = dataclasses.replace(Config.quick(), n_layers=1, n_heads=2, d_model=8, probe_batch=4)
-    task = al.BijectionTask(cfg.n_symbols)
+    cfg = dataclasses.replace(Config.quick(), probe_batch=4)
+    task = BijectionTask(cfg.training.n_symbols)
     torch.manual_seed(0)
-    model = al.CausalTransformer(task.vocab_size, task.n_classes, task.seq_len(), 1, 2, 8)
-    (layer,) = al._capture(model, task, cfg, 0)["layers"]
+    model = CausalTransformer(task.vocab_size, task.n_classes, task.seq_len(), 1, 2, 8)
+    (layer,) = att.capture(model, task, cfg.probe_batch, 10_000)["layers"]
     res = layer["residuals"]
     assert all(float(res[n].max()) <= 1e-12 for n in LAWS)
     assert all(float(res[n].min()) >= cfg.control_min for n in CONTROLS)
-    assert model.blocks[0].attn.qkv.weight.dtype == torch.float64
+    assert all(p.dtype == torch.float64 for p in model.parameters())  # cast in place
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +198,7 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
     figures = tmp_path_factory.mktemp("run") / "figures"
     threads = torch.get_num_threads()
     res = EXPERIMENT.run(Config.quick(), Context(figures.parent))
-    assert torch.get_num_threads() == threads  # run() works single-threaded and restores the setting
+    assert torch.get_num_threads() == threads  # the runner owns threads: a claim leaves them as they are
     return res, figures
 
 
@@ -211,7 +208,7 @@ def test_registered() -> None:
 
 def test_trained_laws_hold_to_round_off_and_controls_miss(result: tuple[Result, Path]) -> None:
     m, cfg = result[0].metrics, Config.quick()
-    assert m["heads_checked"] == cfg.n_layers * cfg.n_heads
+    assert m["heads_checked"] == cfg.training.n_layers * cfg.training.n_heads
     for name in LAWS:
         assert len(m["residuals_per_head"][name]) == m["heads_checked"]
         assert m[f"{name}_max"] <= cfg.law_tol
@@ -231,14 +228,14 @@ def test_verdict_follows_the_criteria(result: tuple[Result, Path]) -> None:
         expected = [(cfg.control_min, m[f"control_{n}_min"]) for n in controls]
         assert [(c.threshold, c.measured) for c in ctl_c] == expected
         assert m["part_states"][part] == al.part_state(law_c, ctl_c)
-    assert res.verdict == al.decide(m["part_states"])
+    assert res.verdict == al.verdict(cfg, Measured(), res.criteria)
 
 
-def test_the_replaced_rule_cannot_support(result: tuple[Result, Path]) -> None:
+def test_every_metric_is_declared_and_no_superseded_rule_is_computed(result: tuple[Result, Path]) -> None:
     m = result[0].metrics
-    seq_len = al.BijectionTask(Config.quick().n_symbols).seq_len()
-    assert m["referee_reading_rel_residual_min"] >= 1 / math.sqrt(seq_len)
-    assert m["old_rule_verdict"] != "SUPPORTED"
+    assert isinstance(m, Measured) and m.undeclared() == []
+    assert not {"old_rule_verdict", "uniform_control_verdict"} & set(m)
+    assert not any(key.startswith("referee_reading") for key in m)
 
 
 def test_gates_are_nearly_attained(result: tuple[Result, Path]) -> None:
