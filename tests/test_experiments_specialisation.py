@@ -8,23 +8,19 @@ import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from implicit_em.audit import EXPERIMENTS
-from implicit_em.audit.claims.specialisation import (
-    EXPERIMENT,
-    Config,
+from implicit_em.audit.claims.specialisation import EXPERIMENT, Config, failures, rates, run, verdict
+from implicit_em.audit.core import Context, criterion
+from implicit_em.audit.metrics import Metrics
+from implicit_em.audit.testbeds.five_clusters import (
     K,
     Run,
     Start,
-    _data,
-    _failures,
-    _rates,
     data_start,
-    decide,
     degenerate_start,
     fit_gaussian,
     fit_prototypes,
-    run,
 )
-from implicit_em.audit.core import Context
+from implicit_em.audit.testbeds.five_clusters import data as five_clusters
 from implicit_em.mixture import GaussianMixture
 
 CENTRES = 6 * np.stack([np.cos(2 * np.pi * np.arange(K) / K), np.sin(2 * np.pi * np.arange(K) / K)], 1)
@@ -32,7 +28,7 @@ CENTRES = 6 * np.stack([np.cos(2 * np.pi * np.arange(K) / K), np.sin(2 * np.pi *
 
 @pytest.fixture(scope="module")
 def data() -> tuple[np.ndarray, np.ndarray]:
-    return _data(2000, np.random.RandomState(0))  # the quick size's data
+    return five_clusters(2000, np.random.RandomState(0))  # the quick size's data
 
 
 def test_is_registered() -> None:
@@ -74,7 +70,7 @@ def test_a_start_at_the_true_centres_is_specialised_and_stays_so(data: tuple[np.
     gd, _ = fit_gaussian(x, truth, start, "gd", 0, 20)
     for r in (proto, gd):
         assert r.ari0 > 0.99 and r.ari > 0.99 and r.max_share < 0.3
-    assert np.isnan(_rates([proto, gd], Config())["specialised"])
+    assert np.isnan(rates([proto, gd], Config())["specialised"])
 
 
 def test_the_take_over_measure_fires_on_the_degenerate_start_only(data: tuple[np.ndarray, np.ndarray]) -> None:
@@ -101,16 +97,16 @@ def test_rates_count_unspecialised_starts_and_classify_failures() -> None:
         _run(0.6, 0.75, [0.4, 0.3, 0.2, 0.09, 0.01]),  # a starved component
         Run(0.6, 0.99, [[0.2] * 5, [0.6, 0.1, 0.1, 0.1, 0.1], [0.2] * 5]),  # a passing take-over, then emerged
     ]
-    rates = _rates(runs, Config())
-    assert rates["specialised"] == pytest.approx(0.4)
-    assert rates["differentiated"] == pytest.approx(0.4)  # the passing take-over counts against it
-    assert rates["collapsed"] == pytest.approx(0.4)
-    assert rates["ARI >= threshold, all starts (previous rule)"] == 0.5  # the previous rule counted the first one
-    assert _failures(runs, Config()) == [1, 1, 1]
+    shares = rates(runs, Config())
+    assert shares["specialised"] == pytest.approx(0.4)
+    assert shares["differentiated"] == pytest.approx(0.4)  # the passing take-over counts against it
+    assert shares["collapsed"] == pytest.approx(0.4)
+    assert set(shares) == {"specialised", "differentiated", "collapsed"}  # the previous rule's count is gone
+    assert failures(runs, Config()) == [1, 1, 1]
 
 
 @pytest.mark.parametrize(
-    ("prototypes", "gd", "verdict"),
+    ("prototypes", "gd", "expected"),
     [
         ((True, True), (True, True), "SUPPORTED"),
         ((True, True), (False, True), "PARTIAL"),
@@ -120,8 +116,9 @@ def test_rates_count_unspecialised_starts_and_classify_failures() -> None:
         ((False, False), (False, False), "REFUTED"),
     ],
 )
-def test_decide(prototypes: tuple[bool, bool], gd: tuple[bool, bool], verdict: str) -> None:
-    assert decide({"prototypes": prototypes, "gd": gd}) == verdict
+def test_the_verdict_rule(prototypes: tuple[bool, bool], gd: tuple[bool, bool], expected: str) -> None:
+    crit = [criterion(f"c{i}", float(p), "==", 1.0) for i, p in enumerate((*prototypes, *gd))]
+    assert verdict(Config(), Metrics(), crit) == expected
 
 
 def test_a_small_run_reports_what_its_verdict_rests_on(tmp_path: Path) -> None:
@@ -129,8 +126,9 @@ def test_a_small_run_reports_what_its_verdict_rests_on(tmp_path: Path) -> None:
     res = run(cfg, Context(tmp_path))
     m = res.metrics
     assert [c.threshold for c in res.criteria] == [0.8, 0.8, 0.8, 0.8]
-    passed = [c.passed for c in res.criteria]
-    assert res.verdict == decide({"prototypes": (passed[0], passed[1]), "gd": (passed[2], passed[3])})
+    assert res.verdict == verdict(cfg, m, res.criteria)
+    assert m.undeclared() == []
+    assert not any("previous rule" in k for k in m)  # the superseded rule is described on the page only
     ari0, ari = np.array(m["ARI at the start per seed, gd"]), np.array(m["ARI at the end per seed, gd"])
     fresh = ari0 < 0.9
     assert res.criteria[2].measured == pytest.approx(np.mean(ari[fresh] >= 0.9))
