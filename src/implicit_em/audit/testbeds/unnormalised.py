@@ -1,4 +1,6 @@
-r"""Model variants and the training loop of ``normalisation_necessity``: attention with no normalisation over keys.
+r"""The wind tunnel without normalisation over alternatives: at the output (independent sigmoids, ``bayes_necessity``)
+and inside the attention (sigmoid attention, ``normalisation_necessity``), with the training loop, the read-outs and
+the checks both claims run.
 
 The wind tunnel's transformer (:class:`~implicit_em.windtunnel.models.CausalTransformer`) normalises twice with a
 softmax: over the keys inside every attention layer (paper §4.2, the conditional regime) and, under cross-entropy,
@@ -52,13 +54,24 @@ loss, backward) under a dispatch-level recorder of the aten operators and sorts 
 
 A fused kernel is one operator to the recorder: the LSTM's oneDNN layer (``mkldnn_rnn_layer``) computes the LSTM cell
 (three sigmoid gates, two tanh) inside it, which the LSTM's definition fixes; no other arm runs a fused kernel.
+
+:func:`law_checks` measures, in float64, what the output objective does to the logits :math:`z` (distances
+:math:`d = -z`): softmax cross-entropy has the responsibility law :math:`\partial\ell/\partial z = r - t`, so
+:math:`\sum_c \partial\ell/\partial z_c = 0` for any logits and the cross-class Hessian is :math:`-r_j r_k`;
+independent per-class sigmoid BCE is a sum of per-class terms, so its gradient :math:`\sigma(z) - t` does not sum
+to zero and :math:`\partial^2\ell/\partial z_j \partial z_k = 0` for :math:`j \ne k`, exactly. :class:`Network`
+is the transformer's size; :func:`train_and_load` trains one wind-tunnel run in a folder and reads back the trained
+model and the same model at initialisation.
 """
 
+import dataclasses
 import math
 import re
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -67,10 +80,13 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from implicit_em._runio import torch_threads
+from implicit_em.audit import stats
+from implicit_em.audit.metrics import Metrics
+from implicit_em.laws import identity_residual
+from implicit_em.objectives import constrained_cross_entropy, independent_sigmoid_bce
 from implicit_em.probes.attention import attention_scores
 from implicit_em.windtunnel.config import WindTunnelConfig
-from implicit_em.windtunnel.metrics import WindTunnelMetrics
+from implicit_em.windtunnel.metrics import WindTunnelMetrics, evaluate_predictions
 from implicit_em.windtunnel.models import (
     CausalSelfAttention,
     CausalTransformer,
@@ -86,21 +102,42 @@ from implicit_em.windtunnel.tasks import (
     _sample_categorical,
     hmm_forward_filter,
 )
-from implicit_em.windtunnel.train import evaluate, learning_rate, windtunnel_loss
+from implicit_em.windtunnel.train import (
+    TrainResult,
+    build_model,
+    build_tasks,
+    evaluate,
+    learning_rate,
+    train,
+    windtunnel_loss,
+)
 
 __all__ = [
     "LSE_KINDS",
     "ArmRun",
+    "ArmsOnTask",
+    "Network",
     "OpRecorder",
     "SampledStateHMMTask",
     "SigmoidSelfAttention",
     "UnnormalisedTransformer",
+    "attention_row_sums",
     "build_arm_model",
+    "causal_leak",
+    "eval_steps",
+    "law_checks",
     "lse_operators",
+    "no_context_floors",
     "op_kind",
+    "output_objective",
+    "put_arm_runs",
+    "put_kl_ratios",
     "sigmoid_attention",
     "sigmoid_attention_weights",
+    "three_quarters",
+    "train_and_load",
     "train_arm",
+    "train_arms",
 ]
 
 Task = BijectionTask | HMMFilteringTask
@@ -336,16 +373,9 @@ def train_arm(
     Per step, as in :func:`~implicit_em.windtunnel.train.train`: learning rate from the warm-up + cosine schedule,
     a batch from the generator seeded with ``config.seed``, ``windtunnel_loss`` of ``config.loss`` on the scored
     positions, AdamW (``config.lr``, ``config.weight_decay``), clipping at ``config.grad_clip``. Runs on the CPU
-    with ``config.threads`` intra-op threads, as ``train`` does (None: the caller's setting). Raises
-    ``FloatingPointError`` if the loss stops being finite.
+    with the caller's torch threads (the audit's runner sets them). Raises ``FloatingPointError`` if the loss stops
+    being finite.
     """
-    with torch_threads(config.threads):
-        return _train_arm(model, task, config, eval_batch, eval_steps)
-
-
-def _train_arm(
-    model: nn.Module, task: Task, config: WindTunnelConfig, eval_batch: Batch, eval_steps: tuple[int, ...]
-) -> ArmRun:
     start = time.perf_counter()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     generator = torch.Generator().manual_seed(config.seed)  # draws every training batch
@@ -373,3 +403,205 @@ def _train_arm(
             mae.append(final.entropy_mae_per_sample)
     assert final is not None  # config.steps >= 1 is always evaluated
     return ArmRun(steps, kl, mae, final, count_parameters(model), time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class ArmsOnTask:
+    """What :func:`train_arms` returns: each arm's runs (one per seed, in order) and, on the first seed, its
+    softmax/LSE operators by kind (:func:`lse_operators`), its causal leak (:func:`causal_leak`) and, for sigmoid
+    attention, its trained mean row sum (:func:`attention_row_sums`)."""
+
+    runs: dict[str, list[ArmRun]]
+    operators: dict[str, dict[str, list[str]]]
+    leaks: dict[str, float]
+    row_sums: dict[str, float]
+
+
+def train_arms(
+    task: Task,
+    arms: Sequence[tuple[str, str, str]],
+    base: WindTunnelConfig,
+    seeds: Sequence[int],
+    eval_batch: Batch,
+    probe: Batch,
+    n_curve_points: int,
+    leak_seed: int,
+) -> ArmsOnTask:
+    """Train every ``(name, architecture, loss)`` of ``arms`` on ``task`` at each of ``seeds`` (seed by seed, the
+    arms in order), with ``base``'s optimiser and schedule and its ``loss`` and ``seed`` replaced; evaluate on
+    ``eval_batch`` at :func:`eval_steps`; on the first seed record the operators of one step on ``probe`` before
+    training and the causal leak (futures redrawn from a generator seeded ``leak_seed``) and row sums after."""
+    runs: dict[str, list[ArmRun]] = {name: [] for name, _, _ in arms}
+    out = ArmsOnTask(runs, {}, {}, {})
+    at = eval_steps(base.steps, n_curve_points)
+    for seed in seeds:
+        for name, architecture, loss in arms:
+            wcfg = dataclasses.replace(base, loss=loss, seed=seed)
+            model = build_arm_model(architecture, task, wcfg)
+            if seed == seeds[0]:
+                out.operators[name] = lse_operators(model, probe, loss)
+            runs[name].append(train_arm(model, task, wcfg, eval_batch, at))
+            if seed == seeds[0]:
+                model.eval()
+                out.leaks[name] = causal_leak(model, probe, task.vocab_size, torch.Generator().manual_seed(leak_seed))
+                if architecture == "unnormalised":
+                    out.row_sums[name] = attention_row_sums(model, eval_batch.tokens)
+    return out
+
+
+def put_arm_runs(m: Metrics, key: str, label: str, arm_runs: list[ArmRun], at: int) -> None:
+    """Declare in ``m`` one arm's runs over the seeds as ``{key}_<stat>``: KL(Bayes || model) at the end (seed mean,
+    per seed, [min, max]) and at step ``at`` (seed mean, per seed), entropy MAE (mean, per seed), parameters,
+    training time over the seeds, and the seed-mean KL curve with its steps; KL and MAE in bits."""
+    kl = [r.final.kl for r in arm_runs]
+    late = [r.kl[r.steps.index(at)] for r in arm_runs]
+    mae = [r.final.entropy_mae_per_sample for r in arm_runs]
+    m.put(f"{key}_kl", stats.mean(kl), "bits", f"{label}: KL(Bayes ‖ model), seed mean")
+    m.put(f"{key}_kl_per_seed", kl, "bits", f"{label}: KL(Bayes ‖ model) per seed")
+    m.put(f"{key}_kl_range", [min(kl), max(kl)], "bits", f"{label}: KL(Bayes ‖ model) [min, max] over seeds")
+    m.put(f"{key}_kl_at_three_quarters", stats.mean(late), "bits", f"{label}: KL at 3/4 of the steps, seed mean")
+    m.put(f"{key}_kl_at_three_quarters_per_seed", late, "bits", f"{label}: KL at 3/4 of the steps per seed")
+    m.put(f"{key}_mae", stats.mean(mae), "bits", f"{label}: entropy MAE, seed mean")
+    m.put(f"{key}_mae_per_seed", mae, "bits", f"{label}: entropy MAE per seed")
+    m.put(f"{key}_params", arm_runs[0].n_params, "count", f"{label}: parameters")
+    m.put(f"{key}_seconds", sum(r.seconds for r in arm_runs), "s", f"{label}: training time over the seeds")
+    m.put(f"{key}_curve_steps", arm_runs[0].steps, "steps", f"{label}: evaluation steps of the KL curve")
+    curve = [stats.mean([r.kl[i] for r in arm_runs]) for i in range(len(arm_runs[0].steps))]
+    m.put(f"{key}_curve_kl", curve, "bits", f"{label}: KL curve, seed mean")
+
+
+def put_kl_ratios(m: Metrics, key: str, reference: str, name: str, label: str) -> None:
+    """Declare ``{key}_over_{name}_kl``, the seed-mean KL of the arm ``key`` over that of the arm ``reference``
+    (named ``name``), and ``..._per_seed``, seed by seed; each denominator floored at 1e-12."""
+    ratio = m[f"{key}_kl"] / max(m[f"{reference}_kl"], 1e-12)
+    m.put(f"{key}_over_{name}_kl", ratio, "ratio", f"{label}: KL over the {name} arm's (seed means)")
+    pairs = zip(m[f"{key}_kl_per_seed"], m[f"{reference}_kl_per_seed"], strict=True)
+    per_seed = [x / max(y, 1e-12) for x, y in pairs]
+    m.put(f"{key}_over_{name}_kl_per_seed", per_seed, "ratio", f"{label}: KL over the {name} arm's, per seed")
+
+
+def eval_steps(steps: int, n_points: int) -> tuple[int, ...]:
+    """Evaluation steps: ``n_points`` evenly spaced ones, with 3/4 of the steps and the last among them."""
+    spaced = {max(1, round(steps * (i + 1) / n_points)) for i in range(n_points)}
+    return tuple(sorted(spaced | {three_quarters(steps), steps}))
+
+
+def three_quarters(steps: int) -> int:
+    """The step at 3/4 of ``steps`` (at least 1): where the plateau test's last quarter begins."""
+    return max(1, round(0.75 * steps))
+
+
+@torch.no_grad()
+def causal_leak(model: nn.Module, batch: Batch, vocab_size: int, generator: torch.Generator) -> float:
+    """Max |change of a logit at a position <= p| when every token after p is redrawn (from ``generator``), over
+    the cut points p in {0, T/3, T/2, T - 2} of the (B, T) tokens: 0 for a causal model."""
+    tokens = batch.tokens
+    t = tokens.shape[1]
+    base = model(tokens)
+    worst = 0.0
+    for p in sorted({0, t // 3, t // 2, t - 2}):
+        changed = tokens.clone()
+        changed[:, p + 1 :] = torch.randint(0, vocab_size, (tokens.shape[0], t - p - 1), generator=generator)
+        worst = max(worst, float((model(changed)[:, : p + 1] - base[:, : p + 1]).abs().max()))
+    return worst
+
+
+@torch.no_grad()
+def attention_row_sums(model: nn.Module, tokens: Tensor) -> float:
+    r"""Mean over layers, heads, sequences and query positions of :math:`\sum_j \alpha_{ij}` in the sigmoid
+    attention layers of ``model`` (1 would be a normalised row); NaN if it has none. ``tokens``: (B, T)."""
+    sums: list[Tensor] = []
+
+    def capture(module: nn.Module, inputs: tuple[Tensor, ...]) -> None:
+        assert isinstance(module, SigmoidSelfAttention)
+        x = inputs[0]
+        b, t, d = x.shape
+        h = module.n_heads
+        q, k, _ = module.qkv(x).split(d, dim=2)
+        q, k = (z.view(b, t, h, d // h).transpose(1, 2) for z in (q, k))  # (B, H, T, d/H)
+        sums.append(sigmoid_attention_weights(attention_scores(q, k)).sum(dim=-1).flatten())  # (B·H·T,)
+
+    handles = [m.register_forward_pre_hook(capture) for m in model.modules() if isinstance(m, SigmoidSelfAttention)]
+    try:
+        model(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return float(torch.cat(sums).mean()) if sums else math.nan
+
+
+def no_context_floors(task: Task, batch: Batch) -> dict[str, float]:
+    r"""KL(Bayes || predictor) in bits on ``batch`` of the exact no-context predictor (uniform: ``floor_kl``) and,
+    for the HMM, of the emission-only predictor :math:`p(s_t \mid o_t)` (``emission_only_kl``), which reads the
+    emission matrix but does not filter."""
+    uniform = torch.full_like(batch.posterior, 1.0 / batch.posterior.shape[-1])
+    out = {"floor_kl": evaluate_predictions(uniform, batch.posterior).kl}
+    if isinstance(task, HMMFilteringTask):
+        out["emission_only_kl"] = evaluate_predictions(task.emission_only_posterior(batch), batch.posterior).kl
+    return out
+
+
+@dataclass(frozen=True)
+class Network:
+    """The wind tunnel's causal transformer: layers, heads, width and MLP width (the matched MLPs and LSTM are
+    sized from its parameter count)."""
+
+    n_layers: int = 1
+    n_heads: int = 2
+    d_model: int = 32
+    d_ff: int = 64
+
+
+def train_and_load(wcfg: WindTunnelConfig, run_dir: Path) -> tuple[TrainResult, nn.Module, nn.Module]:
+    """Train ``wcfg`` in ``run_dir``; return the result, the trained model (read from the checkpoint, on the CPU,
+    in eval mode) and the same model at initialisation (``build_model`` seeds itself with ``wcfg.seed``)."""
+    result = train(wcfg, run_dir, progress=False)
+    task, _ = build_tasks(wcfg)
+    initial, _ = build_model(wcfg, task, task.seq_len())
+    trained, _ = build_model(wcfg, task, task.seq_len())
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True, map_location="cpu")
+    trained.load_state_dict(state["model"])
+    return result, trained.cpu().eval(), initial.cpu().eval()
+
+
+def output_objective(loss: str) -> Callable[[Tensor, Tensor], Tensor]:
+    """The per-position output loss as a function of distances d = -z (N, C) and class-index targets (N,):
+    ``softmax`` cross-entropy or independent ``sigmoid`` BCE."""
+    if loss == "softmax":
+        return constrained_cross_entropy
+    return lambda d, t: independent_sigmoid_bce(-d, t)
+
+
+@torch.no_grad()
+def _logits(model: nn.Module, batch: Batch) -> Tensor:
+    return model(batch.tokens)[:, batch.positions].double()  # (B, P, C)
+
+
+def law_checks(model: nn.Module, batch: Batch, loss: str, n_rows: int) -> dict[str, float]:
+    r"""The output objective's gradient structure on ``batch`` (with labels), in float64.
+
+    ``grad_sum_mean`` / ``grad_sum_max``: mean and max over positions of :math:`|\sum_c \partial\ell/\partial z_c|`;
+    ``law_residual``: max :math:`|\partial\ell/\partial d - (t - \mathrm{softmax}(z))|`;
+    ``hessian_offdiag_max``: max :math:`|\partial^2\ell/\partial z_j\partial z_k|`, j != k, on the first ``n_rows``
+    rows.
+    """
+    assert batch.labels is not None
+    z = _logits(model, batch).reshape(-1, batch.posterior.shape[-1])  # (B·P, C)
+    labels = batch.labels.reshape(-1)
+    objective = output_objective(loss)
+    z_ = z.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(objective(-z_, labels).sum(), z_)  # dl/dz, (B·P, C)
+    sums = grad.sum(dim=-1).abs()
+    residual = identity_residual(objective, -z, "constrained", target=labels)
+    offdiag = 0.0
+    for i in range(min(n_rows, z.shape[0])):
+        hess = torch.autograd.functional.hessian(
+            lambda zi, y=labels[i : i + 1]: objective(-zi[None], y).sum(), z[i]
+        )  # (C, C)
+        offdiag = max(offdiag, float((hess - torch.diag(torch.diagonal(hess))).abs().max()))
+    return {
+        "grad_sum_mean": float(sums.mean()),
+        "grad_sum_max": float(sums.max()),
+        "law_residual": float(residual),
+        "hessian_offdiag_max": offdiag,
+    }
