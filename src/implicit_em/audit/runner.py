@@ -502,26 +502,8 @@ def _parallel(
     running: list[str],
     pool: _Pool,
 ) -> None:
-    """The experiments that need running in ``pool.jobs`` worker processes, the slowest last time first."""
-    tasks: list[_Task] = []
-    for i, exp in enumerate(chosen, 1):
-        planned = _plan(exp, f"[{i}/{len(chosen)}]", state, quick, seed, force, versions, shown)
-        if isinstance(planned, _Task):
-            tasks.append(planned)
-            continue
-        if planned is not None:  # a config that could not be built: its ERROR record
-            state["experiments"][exp.name] = planned
-            shown.write(f"    {planned['verdict']}: {planned['summary']}")
-        shown.advance()
-    for task in tasks:
-        try:
-            pickle.dumps((task.exp, task.cfg))
-        except Exception as err:
-            raise TypeError(
-                f"{task.exp.name}: jobs > 1 runs each experiment in a worker process, and this one cannot be sent "
-                f"to one ({type(err).__name__}: {err}); define its run function at module level, or use jobs=1"
-            ) from err
-    pending = _slowest_first(tasks, state, quick)
+    """The experiments that need running in ``pool.jobs`` worker processes, in two lanes (module docstring)."""
+    pending = _slowest_first(_tasks(state, chosen, quick, seed, force, versions, shown), state, quick)
     order = [e.name for e in chosen]
     executor = _executor(pool, len(pending))
     in_flight: dict[Future[tuple[Result, float]], _Task] = {}
@@ -542,21 +524,8 @@ def _parallel(
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             broken = False
             for fut in sorted(done, key=lambda f: order.index(in_flight[f].exp.name)):
-                task = in_flight.pop(fut)
                 lanes.pop(fut, None)
-                try:
-                    result, seconds = fut.result()
-                except Exception as err:  # the worker died (killed, out of memory) or its result did not pickle
-                    broken = broken or "BrokenProcessPool" in type(err).__name__
-                    result = _error(RuntimeError(f"its worker process failed: {type(err).__name__}: {err}"))
-                    seconds = time.perf_counter() - task.t0
-                record = _record(task, result, seconds, state, versions)
-                state["experiments"][task.exp.name] = record
-                state["experiments"] = _in_order(state["experiments"], order)
-                _write_atomic(path, json.dumps(state, indent=1))
-                took = f"{record['verdict']} in {record['seconds']:.1f} s"
-                shown.write(f"    {task.exp.name}: {took}: {record['summary']}")
-                shown.advance()
+                broken = _save(fut, in_flight.pop(fut), path, state, order, versions, shown) or broken
             running[:] = [t.exp.name for t in in_flight.values()]
             if signals.received is not None:
                 raise KeyboardInterrupt(signals.name)
@@ -574,6 +543,64 @@ def _parallel(
             if proc.is_alive():
                 proc.terminate()
         executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _tasks(
+    state: dict[str, Any],
+    chosen: list[Experiment[Any]],
+    quick: bool,
+    seed: int,
+    force: bool,
+    versions: dict[str, Any],
+    shown: _Progress,
+) -> list[_Task]:
+    """The experiments that need running, each checked to pickle (a worker receives it); the records of configs
+    that could not be built go into ``state``."""
+    tasks: list[_Task] = []
+    for i, exp in enumerate(chosen, 1):
+        planned = _plan(exp, f"[{i}/{len(chosen)}]", state, quick, seed, force, versions, shown)
+        if isinstance(planned, _Task):
+            tasks.append(planned)
+            continue
+        if planned is not None:  # a config that could not be built: its ERROR record
+            state["experiments"][exp.name] = planned
+            shown.write(f"    {planned['verdict']}: {planned['summary']}")
+        shown.advance()
+    for task in tasks:
+        try:
+            pickle.dumps((task.exp, task.cfg))
+        except Exception as err:
+            raise TypeError(
+                f"{task.exp.name}: jobs > 1 runs each experiment in a worker process, and this one cannot be sent "
+                f"to one ({type(err).__name__}: {err}); define its run function at module level, or use jobs=1"
+            ) from err
+    return tasks
+
+
+def _save(
+    fut: "Future[tuple[Result, float]]",
+    task: _Task,
+    path: Path,
+    state: dict[str, Any],
+    order: list[str],
+    versions: dict[str, Any],
+    shown: _Progress,
+) -> bool:
+    """Record the finished ``fut`` of ``task`` in ``state`` and ``results.json``; whether its worker pool broke."""
+    broken = False
+    try:
+        result, seconds = fut.result()
+    except Exception as err:  # the worker died (killed, out of memory) or its result did not pickle
+        broken = "BrokenProcessPool" in type(err).__name__
+        result = _error(RuntimeError(f"its worker process failed: {type(err).__name__}: {err}"))
+        seconds = time.perf_counter() - task.t0
+    record = _record(task, result, seconds, state, versions)
+    state["experiments"][task.exp.name] = record
+    state["experiments"] = _in_order(state["experiments"], order)
+    _write_atomic(path, json.dumps(state, indent=1))
+    shown.write(f"    {task.exp.name}: {record['verdict']} in {record['seconds']:.1f} s: {record['summary']}")
+    shown.advance()
+    return broken
 
 
 def _slowest_first(tasks: list[_Task], state: dict[str, Any], quick: bool) -> list[_Task]:
