@@ -17,20 +17,21 @@ from implicit_em.audit.claims.sticky_manifold import (
     EXPERIMENT,
     MEASURES,
     Config,
-    _criteria,
-    _decide,
-    _onehead_criteria,
-    _onehead_decide,
-    paired,
+    Sticky,
+    criteria,
+    summary,
+    verdict,
 )
 from implicit_em.audit.claims.sticky_sculpting import Config as SculptingConfig
 from implicit_em.audit.core import Context, Result
+from implicit_em.audit.testbeds import sticky_fits
 from implicit_em.audit.testbeds.manifold import mean_cos2, random_mean_cos2
 from implicit_em.audit.testbeds.one_head import init_head, stack_inits, train_runs
 from implicit_em.audit.testbeds.sticky_manifold import (
     ShuffledLabels,
     context_readout_subspace,
     mean_value_jacobian,
+    paired,
     planted_controls,
     planted_testbed_model,
     readout_subspace,
@@ -65,10 +66,11 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
 def test_is_registered_and_uses_the_sculpting_setting() -> None:
     assert EXPERIMENT in EXPERIMENTS
     cfg, sc = Config.quick(), SculptingConfig()
-    ours = (cfg.stay, cfg.noise, cfg.init_std, cfg.sgd_lr, cfg.sgd_steps)
+    o = cfg.onehead
+    ours = (o.stay, o.noise, o.init_std, o.sgd_lr, o.sgd_steps)
     theirs = (sc.chain.stay, sc.chain.noise, sc.training.init_std, sc.training.lr, sc.training.steps)
     assert ours == theirs == (0.8, 3.0, 0.1, 0.01, 1000)
-    assert Config.full().n_inits >= 10 and cfg.n_inits >= 10  # the one head: paired over >= 10 inits
+    assert Config.full().onehead.n_inits >= 10 and o.n_inits >= 10  # the one head: paired over >= 10 inits
 
 
 def test_the_deciding_arm_is_the_shared_testbed_with_its_recipe_and_gates() -> None:
@@ -200,58 +202,6 @@ def test_paired_known_answer() -> None:
     assert p["d_in_sd"] == pytest.approx(0.2 / math.sqrt(0.02 / 3))
 
 
-# --- the verdict rule on planted outcomes ------------------------------------------------------------------------
-
-
-def _planted(adam: tuple[float, float, float], sgd: float = 0.36, shuffled: float = 0.45) -> dict[str, Any]:
-    """Metrics with both measures at the same values: Adam's (trained mean, d mean, d sd); init at 0.35."""
-    m: dict[str, Any] = {"aligned_threshold": 0.675, "n_runs": 10.0}
-    m.update(planted_in_readout=1.0, planted_in_value=1.0, planted_out_readout=0.0, planted_out_value=0.0)
-    m.update(random_heads_z=1.0, adam_heldout_gain=0.3, adam_late_share=0.05)
-    arms = {"adam": adam, "sgd": (sgd, sgd - 0.35, 0.05), "shuffled": (shuffled, shuffled - 0.35, 0.03)}
-    for arm, (trained, d_mean, d_sd) in arms.items():
-        for x in MEASURES:
-            m.update({f"{arm}_{x}_init_mean": 0.35, f"{arm}_{x}_trained_mean": trained, f"{arm}_{x}_d_mean": d_mean})
-            m.update({f"{arm}_{x}_d_sd": d_sd, f"{arm}_{x}_d_in_sd": d_mean / d_sd})
-    for x in MEASURES:
-        m.update({f"adam_vs_shuffled_{x}_d_mean": adam[0] - shuffled, f"adam_vs_shuffled_{x}_d_in_sd": 1.0})
-    return m
-
-
-def test_the_one_heads_earlier_rule_on_planted_outcomes() -> None:
-    cfg = Config.quick()
-    assert _onehead_decide(_planted((0.8, 0.45, 0.1)), cfg)[0] == "SUPPORTED"  # improved and aligned
-    partial = _onehead_decide(_planted((0.57, 0.22, 0.08)), cfg)  # improved > 2σ, under the alignment threshold
-    assert partial[0] == "PARTIAL" and "not aligned" in partial[1]
-    assert _onehead_decide(_planted((0.40, 0.05, 0.05)), cfg)[0] == "REFUTED"  # 1σ: not better than random init
-    # aligned on average but not reliably better than the init (3 sd): REFUTED by the skeptic's rule
-    assert _onehead_decide(_planted((0.7, 0.35, 0.2)), cfg)[0] == "REFUTED"
-    m = _planted((0.8, 0.45, 0.1))
-    m["adam_value_trained_mean"] = 0.5  # the read-out improved and aligned, the value PCs improved only
-    verdict, summary = _onehead_decide(m, cfg)
-    assert verdict == "PARTIAL" and "read-out: improved and aligned" in summary
-    assert "value PCs: improved and not aligned" in summary
-
-
-@pytest.mark.parametrize(
-    ("key", "value"),
-    [
-        ("planted_in_readout", 0.9),
-        ("planted_out_value", 0.1),
-        ("random_heads_z", 9.0),
-        ("shuffled_readout_trained_mean", 0.7),  # training without the labels' signal would pass: undecidable
-        ("adam_heldout_gain", 0.01),
-        ("adam_late_share", 0.6),
-    ],
-)
-def test_the_one_heads_earlier_rule_read_an_undecidable_run_as_partial(key: str, value: float) -> None:
-    """Before issue 25 a failed control or an unconverged arm gave PARTIAL ("Undecided: ..."); kept as reported."""
-    m = _planted((0.8, 0.45, 0.1))
-    m[key] = value
-    verdict, summary = _onehead_decide(m, Config.quick())
-    assert verdict == "PARTIAL" and summary.startswith("Undecided")
-
-
 # --- the testbed's measures ------------------------------------------------------------------------------------
 
 
@@ -333,6 +283,12 @@ def test_shuffled_labels_keep_the_inputs_and_take_another_windows_labels() -> No
 # --- the deciding rule ---------------------------------------------------------------------------------------
 
 
+def _decide(m: dict[str, Any], cfg: Config) -> tuple[str, str]:
+    """The verdict and the summary, as ``run`` composes them."""
+    v = verdict(cfg, m, criteria(cfg, m))
+    return v, summary(cfg, m, v)
+
+
 def _testbed_planted(trained: float, d_mean: float, d_sd: float, **over: float) -> dict[str, float]:
     """Testbed metrics with both measures alike: the trained arm's (mean, paired gain, sd); init at 0.35."""
     m = {"aligned_threshold": 0.675, "n_runs": 3.0, "n_shuffled": 1.0}
@@ -380,23 +336,25 @@ def test_a_failed_identity_raises() -> None:
 
 def _small(**over: Any) -> Config:
     """A small deciding arm: 2 inits, 1 shuffled, 16 held-out windows (the one head is not run by _testbed)."""
-    return dataclasses.replace(Config.quick(), testbed_n_inits=2, testbed_eval_size=16, **over)
+    return dataclasses.replace(Config.quick(), sticky=Sticky(n_inits=2, eval_size=16, **over))
 
 
-def test_a_non_tracking_deciding_arm_is_undecided_end_to_end() -> None:
+def test_a_non_tracking_deciding_arm_is_undecided_end_to_end(tmp_path: Path) -> None:
     """The deciding arm replaced by one that cannot track (60 steps of the recipe): the verdict is UNDECIDED by
     the tracking gate, whatever the angles say (on the old rule the same run read PARTIAL or REFUTED)."""
-    cfg = _small(testbed_steps=60)
-    m, records = sm._testbed(cfg)
-    assert m["trained_track_ratio_max"] > cfg.track_fraction
+    cfg = _small(steps=60)
+    m, records = sm._testbed(cfg, Context(tmp_path))
+    assert m["trained_track_ratio_max"] > cfg.sticky.track_fraction
     verdict, _ = _decide(m, cfg)
     assert verdict == "UNDECIDED"
-    assert next(c.metric for c in _criteria(m, cfg) if c.role == "gate" and not c.passed).startswith("trained: max")
+    assert next(c.metric for c in criteria(cfg, m) if c.role == "gate" and not c.passed).startswith("trained: max")
     assert len(records["runs"]["trained"]) == 2 and len(records["runs"]["shuffled"]) == 1
 
 
 @pytest.mark.parametrize(("inside", "expected"), [(True, "SUPPORTED"), (False, "REFUTED")])
-def test_a_planted_effect_carries_through_the_run(monkeypatch: pytest.MonkeyPatch, inside: bool, expected: str) -> None:
+def test_a_planted_effect_carries_through_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, inside: bool, expected: str
+) -> None:
     """Planted effect: 'training' that tracks (a flat KL history under the bar) and moves the input embedding into
     the mean span (SUPPORTED) or out of it (REFUTED); the shuffled-label arm stays at its init."""
 
@@ -406,9 +364,9 @@ def test_a_planted_effect_carries_through_the_run(monkeypatch: pytest.MonkeyPatc
             model.load_state_dict(planted_testbed_model(model, basis, inside).state_dict())
         return FitResult([0.01] * 10, list(range(10, 110, 10)), 1.0, 0.0)
 
-    monkeypatch.setattr(sm, "fit", planted_fit)
+    monkeypatch.setattr(sticky_fits, "fit", planted_fit)  # the shared fits train through it
     cfg = _small()
-    m, _ = sm._testbed(cfg)
+    m, _ = sm._testbed(cfg, Context(tmp_path))
     assert _decide(m, cfg)[0] == expected
     if inside:
         assert min(m["trained_readout_trained_mean"], m["trained_value_trained_mean"]) > 1 - 1e-9
@@ -430,22 +388,23 @@ def test_quick_run_is_consistent(result: tuple[Result, Path]) -> None:
     res, run_dir = result
     m, cfg = res.metrics, Config.quick()
     assert res.verdict == _decide(m, cfg)[0]
-    assert [c.metric for c in res.criteria] == [c.metric for c in _criteria(m, cfg)]
+    assert [c.metric for c in res.criteria] == [c.metric for c in criteria(cfg, m)]
     assert all(c.passed for c in res.criteria if c.role == "identity")
     for arm in ("trained", "shuffled"):
         for x in MEASURES:
             n = len(m[f"{arm}_{x}_per_run"])
             d = torch.tensor(m[f"{arm}_{x}_per_run"]) - torch.tensor(m[f"init_{x}_per_run"][:n])
             assert m[f"{arm}_{x}_d_mean"] == pytest.approx(float(d.mean()))
-    assert len(m["trained_kl_per_run"]) == cfg.testbed_n_inits
+    assert len(m["trained_kl_per_run"]) == cfg.sticky.n_inits
     assert m["trained_track_ratio_max"] == pytest.approx(max(m["trained_kl_per_run"]) / m["no_context_kl"])
     assert m["aligned_threshold"] == pytest.approx(0.35 + 0.5 * 0.65)
-    # the reported one head: its earlier rule's verdict and its own consistency
-    onehead = {k.removeprefix("onehead_"): v for k, v in m.items() if k.startswith("onehead_")}
-    assert m["onehead_verdict_before_issue25"] == _onehead_decide(onehead, cfg)[0]
-    assert all(c.passed for c in _onehead_criteria(onehead, cfg)[:7])
+    assert set(res.metrics.declared) == set(m)  # every metric declared with its unit and label
+    # the reported one head: its controls and its own consistency
+    assert min(m["onehead_planted_in_readout"], m["onehead_planted_in_value"]) >= 1 - 1e-9
+    assert max(m["onehead_planted_out_readout"], m["onehead_planted_out_value"]) <= 1e-9
+    assert m["onehead_random_heads_z"] <= 4.0
     for x in MEASURES:
         d = torch.tensor(m[f"onehead_adam_{x}_per_run"]) - torch.tensor(m[f"onehead_init_{x}_per_run"])
-        assert len(d) == cfg.n_inits and m[f"onehead_adam_{x}_d_mean"] == pytest.approx(float(d.mean()))
+        assert len(d) == cfg.onehead.n_inits and m[f"onehead_adam_{x}_d_mean"] == pytest.approx(float(d.mean()))
     assert m["onehead_bayes_heldout_loss"] < m["onehead_no_context_heldout_loss"] < math.log(8)
     assert all((run_dir / f).is_file() for f in res.figures) and len(res.figures) == 2

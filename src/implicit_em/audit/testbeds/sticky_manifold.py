@@ -45,6 +45,7 @@ Everything geometric is float64.
 import copy
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,18 +56,42 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from torch.func import jacrev, vmap
 
+from implicit_em.audit.core import Context
+from implicit_em.audit.metrics import Metrics
+from implicit_em.audit.plots import pyplot
+from implicit_em.audit.testbeds import one_head
 from implicit_em.audit.testbeds.manifold import mean_cos2, random_mean_cos2, value_manifold_signature
-from implicit_em.audit.testbeds.one_head import single_head_logits
+from implicit_em.audit.testbeds.one_head import (
+    kl_runs,
+    no_context_posterior,
+    single_head_logits,
+    stack_inits,
+    train_runs,
+)
 from implicit_em.probes.attention import attention
+from implicit_em.windtunnel.metrics import entropy_bits
 from implicit_em.windtunnel.sticky import StickyTestbed
+from implicit_em.windtunnel.tasks import StickyMarkovTask, StickySequence
 
 __all__ = [
+    "MEASURES",
+    "ONEHEAD_ARMS",
+    "OneHead",
+    "OneHeadData",
     "ShuffledLabels",
     "context_readout_subspace",
+    "describe",
     "head_signatures",
     "mean_value_jacobian",
+    "onehead_data",
+    "onehead_details",
+    "onehead_figure",
+    "onehead_measure",
+    "onehead_train",
+    "paired",
     "planted_controls",
     "planted_testbed_model",
+    "put_paired",
     "readout_subspace",
     "shuffle_labels",
     "shuffled_labels",
@@ -79,6 +104,7 @@ __all__ = [
 ]
 
 F64 = torch.float64
+MEASURES = ("readout", "value")  # the two subspaces compared with the mean span (module docstring)
 
 
 def symbol_mean_basis(means: Float[Tensor, "c d"]) -> Float[Tensor, "d k"]:
@@ -329,3 +355,350 @@ class ShuffledLabels(StickyTestbed):
 def shuffled_labels(tb: StickyTestbed, shuffle_seed: int) -> ShuffledLabels:
     fields = {f.name: getattr(tb, f.name) for f in dataclasses.fields(tb) if f.init}
     return ShuffledLabels(**fields, shuffle_seed=shuffle_seed)
+
+
+# ----------------------------------------------------------------------------------- paired statistics, declared
+
+
+def _sd(x: Tensor) -> float:
+    return float(x.std(unbiased=True)) if x.numel() > 1 else 0.0  # torch's std: not bitwise stats.sd (numpy)
+
+
+def paired(init: Tensor, trained: Tensor) -> dict[str, float]:
+    """Paired statistics of per-run values (R,): d = trained - init, its mean, sd, se and mean / sd."""
+    d = (trained - init).double()
+    sd = _sd(d)
+    return {
+        "init_mean": float(init.double().mean()),
+        "init_sd": _sd(init.double()),
+        "trained_mean": float(trained.double().mean()),
+        "trained_sd": _sd(trained.double()),
+        "d_mean": float(d.mean()),
+        "d_sd": sd,
+        "d_se": sd / math.sqrt(d.numel()),
+        "d_in_sd": float(d.mean()) / sd if sd > 0 else math.copysign(math.inf, float(d.mean())),
+    }
+
+
+def put_paired(
+    m: Metrics, prefix: str, stats: dict[str, float], unit: str, what: str, base: str = "init", arm: str = "trained"
+) -> None:
+    """``m.put`` each :func:`paired` statistic as ``{prefix}_{key}``: ``what`` of the ``base`` and of the ``arm``
+    (mean, SD), and the paired difference arm - base (mean, SD, SE in ``unit``, mean / SD in SDs)."""
+    words = {
+        "init_mean": (unit, f"{base}, mean"),
+        "init_sd": (unit, f"{base}, SD"),
+        "trained_mean": (unit, f"{arm}, mean"),
+        "trained_sd": (unit, f"{arm}, SD"),
+        "d_mean": (unit, f"paired change {arm} − {base}, mean"),
+        "d_sd": (unit, f"paired change {arm} − {base}, SD"),
+        "d_se": (unit, f"paired change {arm} − {base}, SE"),
+        "d_in_sd": ("SDs", f"paired change {arm} − {base}, mean / SD"),
+    }
+    for key, value in stats.items():
+        m.put(f"{prefix}_{key}", value, words[key][0], f"{what}: {words[key][1]}")
+
+
+# ------------------------------------------------------------- reported: the companion's one-head setting
+
+ONEHEAD_ARMS = ("init", "sgd", "adam", "shuffled")  # at its random init; the paper's SGD; online Adam; Adam, shuffled
+ONEHEAD_WORDS = {"init": "random init", "sgd": "paper's SGD", "adam": "Adam", "shuffled": "Adam, shuffled labels"}
+_MEASURE_WORDS = {
+    "readout": "read-out col(W_V W_O), logit shift removed: mean cos² to span(μ)",
+    "value": "value PCs span(W_V e_1..e_7): mean cos² to span(μ)",
+    "readout_raw": "raw 8-column read-out W_V W_O: mean cos² to span(μ)",
+}
+_SIGNATURE_WORDS = {
+    "pc1": ("fraction", "PC1 share of the head output"),
+    "pc12": ("fraction", "PC1+PC2 share of the head output"),
+    "participation_ratio": ("components", "participation ratio of the head output"),
+    "spearman_abs": ("correlation", "|Spearman ρ| of the output's PC1 with the Bayes entropy"),
+}
+
+
+_CONTROL_WORDS = {
+    "planted_in_readout": ("mean cos²", "one head, control: a head planted in the mean span, read-out (1)"),
+    "planted_in_value": ("mean cos²", "one head, control: a head planted in the mean span, value PCs (1)"),
+    "planted_out_readout": ("mean cos²", "one head, control: a head planted orthogonal to it, read-out (0)"),
+    "planted_out_value": ("mean cos²", "one head, control: a head planted orthogonal to it, value PCs (0)"),
+    "random_heads_mean": ("mean cos²", "one head, control: Gaussian heads' read-out, mean (7/20 expected)"),
+    "random_heads_sd": ("mean cos²", "one head, control: Gaussian heads' read-out, SD"),
+    "random_heads_se": ("mean cos²", "one head, control: Gaussian heads' read-out, SE of the mean"),
+    "random_heads_z": ("s.e. units", "one head, control: Gaussian heads' |mean − 7/20| in standard errors"),
+}
+
+
+@dataclass(frozen=True)
+class OneHead:
+    """The companion's one-head setting (``sticky_sculpting``'s chain, head and paper optimiser), reported only."""
+
+    stay: float = one_head.STAY
+    noise: float = one_head.NOISE  # the model reads x / noise
+    init_std: float = one_head.INIT_STD
+    sgd_lr: float = one_head.SGD_LR  # the paper's full-batch SGD
+    sgd_steps: int = one_head.SGD_STEPS
+    length: int = 100  # T of every sequence
+    n_inits: int = 10  # paired runs
+    pool: int = 32  # training sequences; the SGD arm's run r trains on sequence r
+    n_heldout: int = 2
+    adam_lr: float = 3e-3  # the online Adam arm (chosen on held-out loss only, before the testbed decided)
+    adam_steps: int = 600
+    eval_every: int = 50
+    n_random_heads: int = 200  # Gaussian heads for the read-out measure's chance level
+    companion_pc1: float = 0.8  # Agarwal, Dalal & Misra, arXiv 2512.22471: PC1 > 80% of the variance
+    companion_pc12: float = 0.3  # arXiv 2512.23752: PC1+PC2 > 30%
+
+
+@dataclass
+class OneHeadData:
+    """The seed's chain and sequences, as the head reads them (x / noise)."""
+
+    task: StickyMarkovTask
+    pool_x: Tensor  # (P, T, D)
+    pool_y: Tensor  # (P, T)
+    held: list[StickySequence]
+    x_held: Tensor  # (H, T, D)
+    y_held: Tensor  # (H, T)
+    post_held: Tensor  # (H, T, C)
+
+
+def onehead_data(s: OneHead, seed: int) -> OneHeadData:
+    """The chain of ``seed`` (its means), a pool of training sequences and the held-out ones."""
+    task = StickyMarkovTask(length=s.length, stay=s.stay, noise=s.noise, means_seed=seed)
+    base = 1_000 * seed
+    pool = [task.sample(torch.Generator().manual_seed(base + 100 + p)) for p in range(s.pool)]
+    held = [task.sample(torch.Generator().manual_seed(base + 500 + h)) for h in range(s.n_heldout)]
+    return OneHeadData(
+        task=task, pool_x=torch.stack([q.inputs.float() for q in pool]) / s.noise,
+        pool_y=torch.stack([q.targets for q in pool]), held=held,
+        x_held=torch.stack([q.inputs.float() for q in held]) / s.noise, y_held=torch.stack([q.targets for q in held]),
+        post_held=torch.stack([q.posterior for q in held]),
+    )  # fmt: skip
+
+
+def onehead_train(s: OneHead, data: OneHeadData, seed: int) -> tuple[dict[str, dict[str, Tensor]], dict[str, Tensor]]:
+    """Every arm from the same inits: the weights (R, ...) per arm and the curves (the SGD arm's training loss, the
+    Adam arms' held-out loss; (L, R) nats)."""
+    base = 1_000 * seed
+    seeds = [base + i for i in range(s.n_inits)]
+    states = {arm: stack_inits(seeds, 1, s.init_std) for arm in ONEHEAD_ARMS}  # the same inits in every arm
+    runs = torch.arange(s.n_inits) % s.pool
+    curves = {"sgd": train_runs(states["sgd"], data.pool_x[runs], data.pool_y[runs], s.sgd_lr, s.sgd_steps,
+                                s.eval_every)}  # fmt: skip
+    order = torch.randint(0, s.pool, (s.adam_steps, s.n_inits), generator=torch.Generator().manual_seed(base + 7))
+    held = (data.x_held, data.y_held)
+    curves["adam"] = train_online_adam(states["adam"], data.pool_x, data.pool_y, order, s.adam_lr, *held, s.eval_every)
+    shuffled_y = shuffle_labels(data.pool_y, base + 8)
+    curves["shuffled"] = train_online_adam(states["shuffled"], data.pool_x, shuffled_y, order, s.adam_lr, *held,
+                                           s.eval_every)  # fmt: skip
+    return states, curves
+
+
+def _onehead_angles(
+    m: Metrics, s: OneHead, data: OneHeadData, states: dict[str, dict[str, Tensor]], seed: int, margin_fraction: float
+) -> tuple[dict[str, dict[str, Tensor]], dict[str, dict[str, Tensor]]]:
+    """The subspace scores, the value-manifold signatures and the KL of every arm; returns the per-run scores and
+    signatures."""
+    p = "onehead"
+    basis = symbol_mean_basis(data.task.means)  # (D, 7)
+    x_values = data.x_held.reshape(-1, data.x_held.shape[-1])  # (H T, D): the value vectors' inputs
+    entropy = entropy_bits(data.post_held).reshape(-1)  # (H T,) bits
+    chance = random_mean_cos2(basis.shape[0], basis.shape[1], basis.shape[1])
+    m.put(f"{p}_chance", chance, "mean cos²", "one head: a uniformly random 7-d subspace (chance, 7/20)")
+    m.put(f"{p}_chance_raw", random_mean_cos2(basis.shape[0], 8, basis.shape[1]), "mean cos²",
+          "one head: a uniformly random 8-d subspace (chance of the raw read-out)")  # fmt: skip
+    m.put(f"{p}_aligned_threshold", chance + margin_fraction * (1.0 - chance), "mean cos²",
+          "one head: the aligned bar, half way from chance to the mean span")  # fmt: skip
+    m.put(f"{p}_n_runs", float(s.n_inits), "count", "one head: paired initialisations")
+    measured = {arm: subspace_scores(states[arm], basis, x_values) for arm in ONEHEAD_ARMS}
+    sigs = {arm: head_signatures(states[arm], data.x_held, entropy) for arm in ONEHEAD_ARMS}
+    kl = {arm: kl_runs(states[arm], data.x_held, data.post_held) for arm in ONEHEAD_ARMS}
+    for arm in ONEHEAD_ARMS[1:]:
+        for x in (*MEASURES, "readout_raw"):
+            put_paired(m, f"{p}_{arm}_{x}", paired(measured["init"][x], measured[arm][x]), "mean cos²",
+                       f"one head, {ONEHEAD_WORDS[arm]}: {_MEASURE_WORDS[x]}", "at init", "trained")  # fmt: skip
+        for key in sigs["init"]:
+            put_paired(m, f"{p}_{arm}_signature_{key}", paired(sigs["init"][key], sigs[arm][key]),
+                       _SIGNATURE_WORDS[key][0], f"one head, {ONEHEAD_WORDS[arm]}: {_SIGNATURE_WORDS[key][1]}",
+                       "at init", "trained")  # fmt: skip
+        m.put(f"{p}_{arm}_kl_mean", float(kl[arm].mean()), "bits",
+              f"one head, {ONEHEAD_WORDS[arm]}: KL(Bayes ‖ model), mean over inits (held out)")  # fmt: skip
+    m.put(f"{p}_init_kl_mean", float(kl["init"].mean()), "bits", "one head at its random init: KL(Bayes ‖ model)")
+    for x in MEASURES:  # Adam beyond its shuffled-label control, paired by init
+        put_paired(
+            m,
+            f"{p}_adam_vs_shuffled_{x}",
+            paired(measured["shuffled"][x], measured["adam"][x]),
+            "mean cos²",
+            f"one head, Adam beyond its shuffled-label control: {_MEASURE_WORDS[x]}",
+            "shuffled",
+            "Adam",
+        )
+    for key, value in planted_controls(basis, x_values, 10_000 + seed, s.n_random_heads).items():
+        m.put(f"{p}_{key}", value, *_CONTROL_WORDS[key])
+    return measured, sigs
+
+
+def _onehead_references(m: Metrics, s: OneHead, data: OneHeadData, states: dict[str, dict[str, Tensor]],
+                        curves: dict[str, Tensor], sigs: dict[str, dict[str, Tensor]]) -> None:  # fmt: skip
+    """The Bayes signature, the companion's bars, the held-out and training losses and the references (nats)."""
+    p, post, y = "onehead", data.post_held, data.y_held
+    entropy = entropy_bits(post).reshape(-1)
+    bayes_logits = post.log().reshape(-1, post.shape[-1])
+    for key, value in value_manifold_signature(bayes_logits - bayes_logits.mean(1, keepdim=True), entropy).items():
+        m.put(
+            f"{p}_bayes_signature_{key}",
+            value,
+            _SIGNATURE_WORDS[key][0],
+            f"one head: the exact Bayes log-predictive's {_SIGNATURE_WORDS[key][1].replace('head output', 'values')}",
+        )
+    for arm in ONEHEAD_ARMS:
+        for key, bar in (("pc1", s.companion_pc1), ("pc12", s.companion_pc12)):
+            m.put(f"{p}_{arm}_signature_{key}_share_above_companion", float((sigs[arm][key] > bar).double().mean()),
+                  "fraction", f"one head, {ONEHEAD_WORDS[arm]}: share of inits with {key.upper()} share > {bar:g} "
+                  "(the companion's)")  # fmt: skip
+    adam_mean = curves["adam"].mean(dim=1)
+    mid = curves["adam"].shape[0] // 2
+    held_loss = "one head, Adam: held-out cross-entropy"
+    m.put(f"{p}_adam_heldout_init", float(adam_mean[0]), "nats", f"{held_loss} at init")
+    m.put(f"{p}_adam_heldout_final", float(adam_mean[-1]), "nats", f"{held_loss} at the end")
+    m.put(f"{p}_adam_heldout_mid", float(adam_mean[mid]), "nats", f"{held_loss} half way")
+    gain = m.put(f"{p}_adam_heldout_gain", m[f"{p}_adam_heldout_init"] - m[f"{p}_adam_heldout_final"], "nats",
+                 f"{held_loss}: gain, init − end")  # fmt: skip
+    late = (m[f"{p}_adam_heldout_mid"] - m[f"{p}_adam_heldout_final"]) / gain if gain > 0 else math.inf
+    m.put(f"{p}_adam_late_share", late, "fraction", "one head, Adam: share of the held-out gain in its second half")
+    m.put(f"{p}_shuffled_heldout_final", float(curves["shuffled"][-1].mean()), "nats",
+          "one head, Adam on shuffled labels: held-out cross-entropy at the end")  # fmt: skip
+    m.put(f"{p}_sgd_heldout_final", float(_eval_loss(states["sgd"], data.x_held, y).mean()), "nats",
+          "one head, paper's SGD: held-out cross-entropy at the end")  # fmt: skip
+    m.put(f"{p}_sgd_train_loss_initial", float(curves["sgd"][0].mean()), "nats",
+          "one head, paper's SGD: training cross-entropy at step 0")  # fmt: skip
+    m.put(f"{p}_sgd_train_loss_final", float(curves["sgd"][-1].mean()), "nats",
+          "one head, paper's SGD: training cross-entropy at the end")  # fmt: skip
+    m.put(f"{p}_bayes_heldout_loss", float(-post.gather(-1, y[..., None]).log().mean()), "nats",
+          "one head's chain: the Bayes predictive's held-out cross-entropy")  # fmt: skip
+    p_nc = torch.stack([no_context_posterior(data.task, q) for q in data.held])
+    m.put(f"{p}_no_context_heldout_loss", float(-p_nc.gather(-1, y[..., None]).log().mean()), "nats",
+          "one head's chain: the no-context predictor's held-out cross-entropy")  # fmt: skip
+
+
+def onehead_measure(m: Metrics, s: OneHead, seed: int, margin_fraction: float) -> dict[str, Any]:
+    """The one-head setting at ``seed``: its metrics put into ``m`` as ``onehead_*``; returns what its figure draws
+    (per-run scores, signatures, curves)."""
+    start = time.perf_counter()
+    data = onehead_data(s, seed)
+    states, curves = onehead_train(s, data, seed)
+    train_s = time.perf_counter() - start
+    measured, sigs = _onehead_angles(m, s, data, states, seed, margin_fraction)
+    _onehead_references(m, s, data, states, curves, sigs)
+    for arm in ONEHEAD_ARMS:
+        for x in (*MEASURES, "readout_raw"):
+            m.put(f"onehead_{arm}_{x}_per_run", measured[arm][x].tolist(), "mean cos²",
+                  f"one head, {ONEHEAD_WORDS[arm]}: {_MEASURE_WORDS[x]}, per init")  # fmt: skip
+        for key in sigs[arm]:
+            m.put(f"onehead_{arm}_signature_{key}_per_run", sigs[arm][key].tolist(), _SIGNATURE_WORDS[key][0],
+                  f"one head, {ONEHEAD_WORDS[arm]}: {_SIGNATURE_WORDS[key][1]}, per init")  # fmt: skip
+    m.put("onehead_adam_heldout_curve_mean", curves["adam"].mean(dim=1).tolist(), "nats",
+          f"one head, Adam: held-out cross-entropy every {s.eval_every} steps, mean over inits")  # fmt: skip
+    m.put("onehead_shuffled_heldout_curve_mean", curves["shuffled"].mean(dim=1).tolist(), "nats",
+          f"one head, Adam on shuffled labels: held-out cross-entropy every {s.eval_every} steps, mean")  # fmt: skip
+    m.put("onehead_train_s", train_s, "s", "one head: training time of its three arms")
+    m.put("onehead_wall_s", time.perf_counter() - start, "s", "one head: wall time")
+    return {"measured": measured, "sigs": sigs, "curves": curves}
+
+
+def describe(m: Metrics, prefix: str) -> str:
+    """Both measures of one arm in words: init -> trained (paired gain ± sd, mean / sd)."""
+    return "; ".join(
+        f"{label} {m[f'{prefix}_{x}_init_mean']:.3f} -> {m[f'{prefix}_{x}_trained_mean']:.3f} "
+        f"(paired gain {m[f'{prefix}_{x}_d_mean']:+.3f} ± {m[f'{prefix}_{x}_d_sd']:.3f}, "
+        f"{m[f'{prefix}_{x}_d_in_sd']:.1f}σ)"
+        for x, label in (("readout", "read-out"), ("value", "value PCs"))
+    )
+
+
+def _signature_line(m: Metrics, arm: str) -> str:
+    p = f"onehead_{arm}_signature"
+    return (
+        f"PC1 {m[f'{p}_pc1_init_mean']:.3f} -> {m[f'{p}_pc1_trained_mean']:.3f} "
+        f"({m[f'{p}_pc1_d_in_sd']:+.1f}σ paired), PC1+PC2 {m[f'{p}_pc12_trained_mean']:.3f}, "
+        f"participation ratio {m[f'{p}_participation_ratio_trained_mean']:.2f}, |ρ| "
+        f"{m[f'{p}_spearman_abs_init_mean']:.3f} -> {m[f'{p}_spearman_abs_trained_mean']:.3f} "
+        f"({m[f'{p}_spearman_abs_d_in_sd']:+.1f}σ paired)"
+    )
+
+
+def onehead_details(m: Metrics, s: OneHead) -> str:
+    """The one-head setting's numbers in words (reported, not deciding)."""
+    o = {k.removeprefix("onehead_"): v for k, v in m.items() if k.startswith("onehead_")}
+    return (
+        f"One-head setting (sticky_sculpting's; reported, not deciding): stay {s.stay:g}, noise {s.noise:g}, "
+        f"the model reads x / {s.noise:g}; T = {s.length}, {s.n_inits} initialisations (N(0, {s.init_std:g}²)), "
+        f"{s.pool} training sequences, {s.n_heldout} held out. Basis: the span of the centred symbol means (rank 7 "
+        f"in R^20); chance (a uniformly random 7-d subspace) {o['chance']:.2f}. Controls: planted heads in the span "
+        f"{o['planted_in_readout']:.12f} / {o['planted_in_value']:.12f} (read-out / value PCs), orthogonal "
+        f"{o['planted_out_readout']:.1e} / {o['planted_out_value']:.1e}; {s.n_random_heads} Gaussian heads "
+        f"{o['random_heads_mean']:.4f} ± {o['random_heads_sd']:.4f} (sd; {o['random_heads_z']:.1f} se from 7/20). "
+        f"Held-out cross-entropy (nats): Adam {o['adam_heldout_init']:.3f} -> {o['adam_heldout_mid']:.3f} (half "
+        f"way) -> {o['adam_heldout_final']:.3f}; shuffled labels -> {o['shuffled_heldout_final']:.3f}; the paper's "
+        f"SGD -> {o['sgd_heldout_final']:.3f} (training loss {o['sgd_train_loss_initial']:.3f} -> "
+        f"{o['sgd_train_loss_final']:.3f}); no-context predictor {o['no_context_heldout_loss']:.3f}, Bayes "
+        f"{o['bayes_heldout_loss']:.3f}. KL(Bayes || model) in bits: init {o['init_kl_mean']:.3f}, SGD "
+        f"{o['sgd_kl_mean']:.3f}, Adam {o['adam_kl_mean']:.3f}, shuffled {o['shuffled_kl_mean']:.3f}. "
+        f"Principal angles, mean cos² (init -> trained, paired gain ± sd): Adam {describe(m, 'onehead_adam')}. "
+        f"SGD {describe(m, 'onehead_sgd')}. Shuffled labels {describe(m, 'onehead_shuffled')}. The raw 8-column "
+        f"read-out (chance {o['chance_raw']:.2f}): init {o['adam_readout_raw_init_mean']:.3f}, Adam "
+        f"{o['adam_readout_raw_trained_mean']:.3f}, SGD {o['sgd_readout_raw_trained_mean']:.3f}. Value-manifold "
+        f"signature of the head output (reported, not deciding; companion PC1 > {s.companion_pc1:g}, PC1+PC2 > "
+        f"{s.companion_pc12:g}): Adam {_signature_line(m, 'adam')}; SGD {_signature_line(m, 'sgd')}; shuffled "
+        f"{_signature_line(m, 'shuffled')}; the exact Bayes log-predictive PC1 {o['bayes_signature_pc1']:.3f}, |ρ| "
+        f"{o['bayes_signature_spearman_abs']:.3f}."
+    )
+
+
+def onehead_figure(ctx: Context, m: Metrics, s: OneHead, drawn: dict[str, Any]) -> str:
+    """The one-head setting: both measures per arm, the signature, and the Adam arms' held-out loss."""
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    measured, sigs, curves = drawn["measured"], drawn["sigs"], drawn["curves"]
+    labels = {**ONEHEAD_WORDS, "adam": "Adam (decisive)"}
+    markers = {"init": "o", "sgd": "s", "adam": "^", "shuffled": "x"}
+    for ax, x, title in (
+        (axes[0, 0], "readout", "Read-out subspace: col(W_V W_O), logit shift removed"),
+        (axes[0, 1], "value", "Value PCs: span(W_V e_1..e_7)"),
+    ):
+        for i, arm in enumerate(ONEHEAD_ARMS):
+            values = measured[arm][x].tolist()
+            spread = 0.6 / max(len(values), 1)  # the runs side by side within +-0.3 of their arm's tick
+            ax.plot([i + spread * (j - len(values) / 2) for j in range(len(values))], values, markers[arm], ms=4)
+        ax.axhline(m["onehead_chance"], color="0.5", ls=":", label=f"random subspace ({m['onehead_chance']:.2f})")
+        bar = m["onehead_aligned_threshold"]
+        ax.axhline(bar, color="k", alpha=0.4, lw=2, label=f"aligned ({bar:.3f})")
+        ax.axhline(m[f"onehead_planted_in_{x}"], color="C2", ls="--", lw=1, label="planted head in the mean span")
+        ax.set_xticks(range(len(ONEHEAD_ARMS)), [labels[a] for a in ONEHEAD_ARMS], fontsize=8)
+        ax.set(ylim=(0, 1.3), ylabel="mean cos² of the 7 principal angles", title=title)
+        ax.legend(fontsize=7, loc="upper center", ncol=2)
+    ax = axes[1, 0]
+    for arm in ONEHEAD_ARMS:
+        ax.plot(sigs[arm]["pc1"].tolist(), sigs[arm]["spearman_abs"].tolist(), markers[arm], ms=5, label=labels[arm])
+    ax.plot([m["onehead_bayes_signature_pc1"]], [m["onehead_bayes_signature_spearman_abs"]], "k*", ms=12,
+            label="Bayes log-predictive")  # fmt: skip
+    ax.axvline(s.companion_pc1, color="0.5", ls=":", label=f"companion PC1 > {s.companion_pc1:g}")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="PC1 share of the head output", ylabel="|Spearman ρ| of PC1 with H_Bayes",
+           title="Value-manifold signature (held out)")  # fmt: skip
+    ax.legend(fontsize=7)
+    ax = axes[1, 1]
+    steps = [min(i * s.eval_every, s.adam_steps) for i in range(curves["adam"].shape[0])]
+    for arm in ("adam", "shuffled"):
+        color = f"C{ONEHEAD_ARMS.index(arm)}"
+        ax.plot(steps, curves[arm].mean(dim=1).tolist(), color=color, label=labels[arm])
+        ax.fill_between(steps, curves[arm].min(dim=1).values.tolist(), curves[arm].max(dim=1).values.tolist(),
+                        alpha=0.2, color=color)  # fmt: skip
+    ax.axhline(m["onehead_sgd_heldout_final"], color="C1", ls="-.", lw=1, label="paper's SGD, final")
+    ax.axhline(math.log(8), color="0.5", ls=":", label="log 8 (uniform)")
+    ax.axhline(m["onehead_no_context_heldout_loss"], color="C2", ls="--", lw=1, label="no-context predictor")
+    ax.axhline(m["onehead_bayes_heldout_loss"], color="k", ls="--", lw=1, label="Bayes predictive")
+    ax.set(xlabel="Adam step", ylabel="held-out cross-entropy (nats)", title="Learning (mean, min-max over inits)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return ctx.save_figure(fig, "sticky_manifold_onehead", dpi=100)
