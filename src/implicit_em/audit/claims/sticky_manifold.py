@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from implicit_em.audit import seeds
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated, identity
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
@@ -62,7 +63,20 @@ from implicit_em.audit.testbeds.sticky_manifold import (
 )
 from implicit_em.windtunnel.sticky import StickyBatch, StickyTestbed, forward_filter, plateau_drop
 
-__all__ = ["EXPERIMENT", "Config", "criteria", "figures", "measure", "paired", "run", "summary", "verdict"]
+__all__ = [
+    "EXPERIMENT",
+    "Config",
+    "Rule",
+    "Sticky",
+    "criteria",
+    "details",
+    "figures",
+    "measure",
+    "paired",
+    "run",
+    "summary",
+    "verdict",
+]
 
 ARMS = ("init", "trained", "shuffled")  # the deciding testbed's
 _WORDS = {"init": "random init", "trained": "trained (decides)", "shuffled": "shuffled labels"}
@@ -130,18 +144,18 @@ class Config:
 
 
 def _init_seed(cfg: Config, i: int) -> int:
-    """Initialisation i of the seed: the model's init and its training stream."""
-    return 1_000 * cfg.seed + i
+    """Initialisation i of the seed: the model's init and its training stream (advantage_ablation's too)."""
+    return seeds.derive(cfg.seed, "sticky", i)
 
 
 def _shuffle_seed(cfg: Config, i: int) -> int:
     """The shuffled-label control of init i (recorded with the control; its roll is deterministic)."""
-    return 50_000 + _init_seed(cfg, i)
+    return seeds.derive(cfg.seed, "sticky-shuffle", i)
 
 
 def _held(cfg: Config, tb: StickyTestbed) -> StickyBatch:
-    """The seed's held-out windows."""
-    return tb.eval_batch(cfg.seed)
+    """The seed's held-out windows (advantage_ablation's too)."""
+    return tb.eval_batch(seeds.derive(cfg.seed, "sticky-held"))
 
 
 def _fits(cfg: Config, ctx: Context, tb: StickyTestbed, held: StickyBatch, basis: Tensor) -> dict[str, Any]:

@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from implicit_em.audit import seeds
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds import one_head
+from implicit_em.audit.testbeds.measured import Measured
 from implicit_em.audit.testbeds.one_head import (
     kl_own,
     kl_runs,
@@ -50,8 +52,12 @@ from implicit_em.windtunnel.tasks import StickyMarkovTask, StickySequence
 
 __all__ = [
     "EXPERIMENT",
+    "Chain",
     "Config",
+    "Rule",
+    "Training",
     "criteria",
+    "details",
     "figures",
     "measure",
     "no_context_posterior",
@@ -163,12 +169,6 @@ _PAIRED_LABELS = {
 }
 
 
-class Measured(Metrics):
-    """The metrics, and every run's training-loss curve (L, R) nats, which the figure draws (not recorded)."""
-
-    curves: Tensor
-
-
 def _cross_entropy(p: Tensor, y: Tensor) -> float:
     """Mean -log p(y_t) in nats of a predictive (..., T, C) on targets (..., T)."""
     return float(-p.gather(-1, y[..., None]).log().mean())
@@ -176,18 +176,17 @@ def _cross_entropy(p: Tensor, y: Tensor) -> float:
 
 def _sequences(cfg: Config, task: StickyMarkovTask) -> tuple[list[StickySequence], list[StickySequence]]:
     """The training and the held-out sequences of the seed."""
-    base = 1_000 * cfg.seed
-    train = [task.sample(torch.Generator().manual_seed(base + 100 + s)) for s in range(cfg.n_sequences)]
-    held = [task.sample(torch.Generator().manual_seed(base + 500 + h)) for h in range(cfg.n_heldout)]
+    train = [task.sample(seeds.torch_generator(cfg.seed, "train-sequence", s)) for s in range(cfg.n_sequences)]
+    held = [task.sample(seeds.torch_generator(cfg.seed, "held-sequence", h)) for h in range(cfg.n_heldout)]
     return train, held
 
 
 def _init_seeds(cfg: Config) -> list[int]:
-    return [1_000 * cfg.seed + i for i in range(cfg.n_inits)]
+    return [seeds.derive(cfg.seed, "init", i) for i in range(cfg.n_inits)]
 
 
 def _paper_sequence(cfg: Config, paper: StickyMarkovTask) -> StickySequence:
-    return paper.sample(torch.Generator().manual_seed(1_000 * cfg.seed + 900))
+    return paper.sample(seeds.torch_generator(cfg.seed, "paper-sequence"))
 
 
 def _controls(m: Metrics, cfg: Config, task: StickyMarkovTask, held: list[StickySequence], post: Tensor) -> None:
@@ -234,13 +233,15 @@ def measure(cfg: Config, ctx: Context) -> Measured:
     """The exact controls, the paired runs (init and trained KL, held out) and the references (module docstring)."""
     start = time.perf_counter()
     c = cfg.chain
-    task = StickyMarkovTask(length=c.length, stay=c.stay, noise=c.noise, means_seed=cfg.seed)  # means: one per seed
+    task = StickyMarkovTask(
+        length=c.length, stay=c.stay, noise=c.noise, means_seed=cfg.seed
+    )  # the chain: one per seed, as the testbed's
     train, held = _sequences(cfg, task)
     x_held = torch.stack([s.inputs for s in held]) / (c.noise if c.scale_inputs else 1.0)  # (H, T, D)
     post = torch.stack([s.posterior for s in held])  # (H, T, C)
     runs = _train(cfg, train, x_held, post)
     m = Measured()
-    m.curves = runs["curves"]
+    m.drawn["curves"] = runs["curves"]
     _controls(m, cfg, task, held, post)
     for key, value in paired_metrics(runs["init"], runs["trained"]).items():
         m.put(key, value, *_PAIRED_LABELS[key])
@@ -257,8 +258,8 @@ def measure(cfg: Config, ctx: Context) -> Measured:
           "KL(Bayes ‖ model) on the run's own training sequence, at initialisation, mean")  # fmt: skip
     m.put("kl_training_sequence_trained_mean", float(runs["own_trained"].mean()), "bits",
           "KL(Bayes ‖ model) on the run's own training sequence, after training, mean")  # fmt: skip
-    m.put("initial_train_loss_mean", float(m.curves[0].mean()), "nats", "training cross-entropy at step 0, mean")
-    m.put("final_train_loss_mean", float(m.curves[-1].mean()), "nats", "training cross-entropy at the end, mean")
+    m.put("initial_train_loss_mean", float(runs["curves"][0].mean()), "nats", "training cross-entropy at step 0, mean")
+    m.put("final_train_loss_mean", float(runs["curves"][-1].mean()), "nats", "training cross-entropy at the end, mean")
     _paper_setting(m, cfg)
     m.put("kl_init_per_run", runs["init"].tolist(), "bits", "KL(Bayes ‖ model) at initialisation, per run")
     m.put("kl_trained_per_run", runs["trained"].tolist(), "bits", "KL(Bayes ‖ model) after training, per run")
@@ -368,9 +369,10 @@ def figures(cfg: Config, m: Measured, ctx: Context) -> list[str]:
            title=f"Posterior error (stay {cfg.chain.stay:g}, noise {cfg.chain.noise:g})")  # fmt: skip
     ax.legend(fontsize=7, loc="lower left", framealpha=0.9)
     ax = axes[1]
-    steps = [min(i * t.log_every, t.steps - 1) for i in range(m.curves.shape[0])]
-    for run_ in range(m.curves.shape[1]):
-        ax.plot(steps, m.curves[:, run_].tolist(), color="C1", lw=0.7, alpha=0.7)
+    curves = m.drawn["curves"]  # (L, R) nats
+    steps = [min(i * t.log_every, t.steps - 1) for i in range(curves.shape[0])]
+    for run_ in range(curves.shape[1]):
+        ax.plot(steps, curves[:, run_].tolist(), color="C1", lw=0.7, alpha=0.7)
     ax.axhline(math.log(8), color="0.5", ls=":", label="log 8 (uniform)")
     ax.axhline(m["no_context_train_loss"], color="C2", ls="--", lw=1, label="no-context predictor")
     ax.axhline(m["bayes_train_loss"], color="k", ls="--", lw=1, label="Bayes predictive")

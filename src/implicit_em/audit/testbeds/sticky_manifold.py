@@ -1,8 +1,9 @@
-r"""The subspaces ``sticky_manifold`` compares, and its online Adam arm, for the head of ``sticky_sculpting``.
+r"""The subspaces ``sticky_manifold`` compares, its shuffled-label control, its paired statistics, and its reported
+one-head setting (``sticky_sculpting``'s head: the paper's SGD, an online Adam arm and a shuffled-label Adam arm).
 
 The head reads row vectors: :math:`v_t = x_t W_V` with :math:`x_t \in \mathbb{R}^{D}` (D = 20), W_V (D, E) = (20, 15),
 W_O (E, C) = (15, 8). Every subspace is returned as a (D, k) matrix with orthonormal columns in input space
-:math:`\mathbb{R}^{D}`, the space where the symbol means live, so that :func:`_manifold.principal_angles` compares
+:math:`\mathbb{R}^{D}`, the space where the symbol means live, so that ``manifold.principal_angles`` compares
 like with like:
 
 - :func:`symbol_mean_basis`: the span of the centred means :math:`\mu_s - \bar\mu`, rank C - 1 = 7;
@@ -20,8 +21,8 @@ like with like:
   input space (the input directions the leading value components read). The value vectors themselves span all of
   :math:`\mathbb{R}^{E}` (the noise is full rank), so their plain span says nothing; their principal subspace does.
 
-The same two measures on the shared sticky testbed (:class:`~implicit_em.windtunnel.sticky.StickyTransformer`,
-issue 25 §1), where the value map is no longer linear in x_t (input embedding, positions, LayerNorm) and the
+The same two measures on the shared sticky testbed (:class:`~implicit_em.windtunnel.sticky.StickyTransformer`),
+where the value map is no longer linear in x_t (input embedding, positions, LayerNorm) and the
 logits read the context through two layers:
 
 - :func:`transformer_value_subspace`: the first attention layer's values :math:`v_t = W_V\,\mathrm{LN}(W_{in} x_t +
@@ -56,6 +57,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from torch.func import jacrev, vmap
 
+from implicit_em.audit import seeds
 from implicit_em.audit.core import Context
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
@@ -207,7 +209,7 @@ def subspace_scores(
 def head_signatures(
     params: dict[str, Tensor], x: Float[Tensor, "h t d"], entropy: Float[Tensor, " n"]
 ) -> dict[str, Tensor]:
-    """:func:`_manifold.value_manifold_signature` of every run's attention output o_t = sum_j alpha_tj v_j (the 15-d
+    """``manifold.value_manifold_signature`` of every run's attention output o_t = sum_j alpha_tj v_j (the 15-d
     read-out W_O reads) at all H T positions of ``x``, against the Bayes ``entropy`` (H T,): each key (R,)."""
     rows: list[dict[str, float]] = []
     for r in range(params["W_V"].shape[0]):
@@ -342,7 +344,7 @@ class ShuffledLabels(StickyTestbed):
     """The same testbed and input stream, every window trained on the labels of another window of its batch (the
     one before it, an independent draw of the chain): the labels keep the chain's law, their link to x is gone.
     ``fit`` trains on it unchanged. (Permuting the labels within a window, the first draft, leaks: a window of a
-    sticky chain visits few symbols, so its own label set is still predictable from its inputs; sticky_manifold's page.)
+    sticky chain visits few symbols, so its own label set is still predictable from its inputs; the claim's page.)
     """
 
     shuffle_seed: int = 0  # kept for the record; the roll is deterministic
@@ -465,9 +467,8 @@ class OneHeadData:
 def onehead_data(s: OneHead, seed: int) -> OneHeadData:
     """The chain of ``seed`` (its means), a pool of training sequences and the held-out ones."""
     task = StickyMarkovTask(length=s.length, stay=s.stay, noise=s.noise, means_seed=seed)
-    base = 1_000 * seed
-    pool = [task.sample(torch.Generator().manual_seed(base + 100 + p)) for p in range(s.pool)]
-    held = [task.sample(torch.Generator().manual_seed(base + 500 + h)) for h in range(s.n_heldout)]
+    pool = [task.sample(seeds.torch_generator(seed, "onehead-pool", p)) for p in range(s.pool)]
+    held = [task.sample(seeds.torch_generator(seed, "onehead-held", h)) for h in range(s.n_heldout)]
     return OneHeadData(
         task=task, pool_x=torch.stack([q.inputs.float() for q in pool]) / s.noise,
         pool_y=torch.stack([q.targets for q in pool]), held=held,
@@ -479,16 +480,15 @@ def onehead_data(s: OneHead, seed: int) -> OneHeadData:
 def onehead_train(s: OneHead, data: OneHeadData, seed: int) -> tuple[dict[str, dict[str, Tensor]], dict[str, Tensor]]:
     """Every arm from the same inits: the weights (R, ...) per arm and the curves (the SGD arm's training loss, the
     Adam arms' held-out loss; (L, R) nats)."""
-    base = 1_000 * seed
-    seeds = [base + i for i in range(s.n_inits)]
-    states = {arm: stack_inits(seeds, 1, s.init_std) for arm in ONEHEAD_ARMS}  # the same inits in every arm
+    inits = [seeds.derive(seed, "onehead-init", i) for i in range(s.n_inits)]
+    states = {arm: stack_inits(inits, 1, s.init_std) for arm in ONEHEAD_ARMS}  # the same inits in every arm
     runs = torch.arange(s.n_inits) % s.pool
     curves = {"sgd": train_runs(states["sgd"], data.pool_x[runs], data.pool_y[runs], s.sgd_lr, s.sgd_steps,
                                 s.eval_every)}  # fmt: skip
-    order = torch.randint(0, s.pool, (s.adam_steps, s.n_inits), generator=torch.Generator().manual_seed(base + 7))
+    order = torch.randint(0, s.pool, (s.adam_steps, s.n_inits), generator=seeds.torch_generator(seed, "onehead-order"))
     held = (data.x_held, data.y_held)
     curves["adam"] = train_online_adam(states["adam"], data.pool_x, data.pool_y, order, s.adam_lr, *held, s.eval_every)
-    shuffled_y = shuffle_labels(data.pool_y, base + 8)
+    shuffled_y = shuffle_labels(data.pool_y, seeds.derive(seed, "onehead-shuffle"))
     curves["shuffled"] = train_online_adam(states["shuffled"], data.pool_x, shuffled_y, order, s.adam_lr, *held,
                                            s.eval_every)  # fmt: skip
     return states, curves
@@ -534,7 +534,9 @@ def _onehead_angles(
             "shuffled",
             "Adam",
         )
-    for key, value in planted_controls(basis, x_values, 10_000 + seed, s.n_random_heads).items():
+    for key, value in planted_controls(
+        basis, x_values, seeds.derive(seed, "onehead-controls"), s.n_random_heads
+    ).items():
         m.put(f"{p}_{key}", value, *_CONTROL_WORDS[key])
     return measured, sigs
 
