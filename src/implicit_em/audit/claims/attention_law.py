@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from implicit_em.audit import seeds, stats
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds.attention import Training, capture, train
@@ -87,7 +88,8 @@ class Config:
 
 
 def _median(x: Array) -> float:
-    return float(np.median(x)) if x.size else float("nan")
+    """:func:`stats.median` (the same np.median), NaN for no rows (stats raises on an empty input)."""
+    return stats.median(x) if x.size else float("nan")
 
 
 @dataclass
@@ -115,8 +117,9 @@ def _models(cfg: Config) -> _Trained:
     losses: list[float] = []
     shown: dict[str, Any] = {}
     for s in range(cfg.n_seeds):
-        model, task, losses_s = train(cfg.training, cfg.seed + s, cfg.seed + s)
-        for layer in capture(model, task, cfg.probe_batch, 10_000 + cfg.seed + s)["layers"]:
+        init, batches = seeds.derive(cfg.seed, "init", s), seeds.derive(cfg.seed, "batches", s)
+        model, task, losses_s = train(cfg.training, init, batches)
+        for layer in capture(model, task, cfg.probe_batch, seeds.derive(cfg.seed, "probe", s))["layers"]:
             for name, values in layer["residuals"].items():
                 heads.setdefault(name, []).extend(float(v) for v in values)
             tight_key, tight_row = max(tight_key, layer["tightness"][0]), max(tight_row, layer["tightness"][1])
@@ -124,7 +127,7 @@ def _models(cfg: Config) -> _Trained:
                 rows[key].append(layer["rows"][key])
             if s == 0:
                 shown = layer  # the figure's scatter: last layer of the first model
-        first.append(sum(losses_s[:5]) / 5)
+        first.append(sum(losses_s[:5]) / 5)  # Python sums, not stats.mean (np.mean rounds differently)
         last.append(sum(losses_s[-5:]) / 5)
         losses = losses if losses else losses_s
     pooled = {k: np.concatenate(v) for k, v in rows.items()}
