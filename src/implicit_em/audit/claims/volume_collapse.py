@@ -33,13 +33,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from implicit_em.audit import stats
+from implicit_em.audit import seeds, stats
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds.measured import Measured
 
-__all__ = ["EXPERIMENT", "Config", "Rule", "criteria", "figures", "measure", "run", "summary", "verdict"]
+__all__ = [
+    "EXPERIMENT",
+    "Config",
+    "Replicate",
+    "Rule",
+    "criteria",
+    "figures",
+    "measure",
+    "replicate",
+    "run",
+    "summary",
+    "trace",
+    "verdict",
+]
 
 
 @dataclass(frozen=True)
@@ -142,7 +155,8 @@ def replicate(n: int, epochs: int, seed: int) -> Replicate:
 
 
 def _replicate_seed(cfg: Config, i: int) -> int:
-    return cfg.seed * cfg.n_seeds + i
+    """Replicate i's seed: its data set, its batch orders and the fitter's ``random_state``."""
+    return seeds.derive(cfg.seed, "replicate", i)
 
 
 GROWTH = "growth of log det Σ without volume (median)"
