@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from implicit_em.audit import seeds
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds.measured import Measured
@@ -201,7 +202,7 @@ def _dtype_cases(cfg: Config, g: torch.Generator, dtype: torch.dtype, out: _Swee
 
 def _sweep(cfg: Config) -> _Sweep:
     """Both dtypes' cases from one generator (float64 first)."""
-    g = torch.Generator().manual_seed(cfg.seed)
+    g = seeds.torch_generator(cfg.seed, "distances")
     out = _Sweep(
         law={key: dict.fromkeys(DTYPES, 0.0) for key in RIGHT},
         wrong={key: dict.fromkeys(DTYPES, float("inf")) for key in (*WRONG, "control")},
