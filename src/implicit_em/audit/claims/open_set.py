@@ -43,7 +43,7 @@ from implicit_em.audit.testbeds import classifier, ood
 from implicit_em.audit.testbeds.classifier import NullComponent, Training
 from implicit_em.audit.testbeds.measured import Measured
 
-__all__ = ["EXPERIMENT", "Config", "NullComponent", "criteria", "figures", "measure", "run", "summary", "verdict"]
+__all__ = ["EXPERIMENT", "Config", "criteria", "figures", "measure", "run", "summary", "verdict"]
 
 KNOWN = 7  # classes 0..6 are known; 7, 8, 9 are the unseen ones
 SCALES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # noise images scaled away from the training mean
