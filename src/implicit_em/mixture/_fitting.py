@@ -233,7 +233,7 @@ class GradientDescent:
     state_attr = "_gd_state"
     split_merge = False
     distributed = True
-    #: the estimator's schedule (issue 14): epochs of at least MIN_STEPS steps, Adam in whitened coordinates,
+    #: the estimator's schedule: epochs of at least MIN_STEPS steps, Adam in whitened coordinates,
     #: the last epoch's mean iterate (and reg_covar's penalty, EM's fixed points), one learning-rate halving
     #: before the plateau that stops the fit (the epoch's mean iterate already sits at the centre of the noise
     #: ball the further halvings shrank: at N = 1e6 three halvings took 11 epochs and one takes 7, for 5e-5

@@ -1,4 +1,4 @@
-r"""The fused E-step and statistics of one EM pass: the float32 path of ``_em.full_pass`` (issue 14, part 3).
+r"""The fused E-step and statistics of one EM pass: the float32 path of ``_em.full_pass``.
 
 The same computation as :func:`implicit_em.mixture._stats.summarize` chunk after chunk, with the work of a chunk
 cut to a handful of tensor operations on buffers allocated once per pass:
@@ -16,7 +16,7 @@ cut to a handful of tensor operations on buffers allocated once per pass:
   float32 on CPU the E-step GEMM is oneDNN's linear kernel instead (:func:`_onednn_linear`, the one torch's
   inductor compiles linear layers to): on this skinny shape (K = 16 rows, P = 153 inner, B = 4096 columns) it
   ran 6-20% faster than MKL's (64-69 against 53-62 GFLOP/s on one thread) and gave the same products in every
-  check (issue 14, fifth session);
+  check;
 - **normalisation** :func:`~implicit_em.mixture._stats.log_normalize` over the K rows (reductions along the
   contiguous B axis; its floor keeps subnormal responsibilities out of the statistics GEMM).
 - **threads.** On CPU the chunks of a batch are shared between Python threads, one per intra-op thread, each
@@ -179,7 +179,7 @@ def _summary(s: Float[Tensor, "k p"], loglik: Tensor, n: int, order: Tensor, n_f
 
 class BatchSummarizer:
     """:func:`~implicit_em.mixture._stats.summarize`'s statistics of one batch at a time through the fused E-step,
-    its buffers kept from call to call: online EM's mini-batch steps in float32 (issue 14, fifth session), whose
+    its buffers kept from call to call: online EM's mini-batch steps in float32, whose
     batches are one chunk of at most ``rows`` rows, or a few. Single-threaded in Python (torch's intra-op
     threads run the operations), as gd's step (``_gd_fast.FastStep.statistics``)."""
 

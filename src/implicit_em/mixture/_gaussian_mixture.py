@@ -264,7 +264,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             rejected = error
         if group:  # one all-reduce; raises on every process if any rejected
             _distributed.agree_on_error(rejected)
-        if group and not fitter.distributed:  # every registered fitter runs in a process group (issue 14)
+        if group and not fitter.distributed:  # every registered fitter runs in a process group
             raise NotImplementedError(f'fitter="{self.fitter}" does not run in a torch.distributed process group')
         if group:  # this process's rows in the global row index: sampling and the stochastic epochs are global
             data.join_group()

@@ -276,14 +276,14 @@ def fit_gd(
     the iterate in a noise ball whose size grows with the step: at N = 3e5 from k-means, Adam at 0.01 stayed
     0.017 nats/sample short of the EM optimum, the halvings end 0.001 short.
 
-    The estimator's schedule (issue 14; the defaults here are the schedule before it, bitwise): ``min_steps``
+    The estimator's schedule (the defaults here are the earlier schedule, bitwise): ``min_steps``
     makes an epoch whole passes until it has that many steps (with N <= batch_size an epoch was one full-batch
     step, and 100 epochs too few); ``per_feature_scale`` steps in whitened coordinates (:func:`feature_scale`,
     unless ``state`` is given: then the caller's ``scale``); ``average`` ends at the mean of the last epoch's
     iterates (:class:`_EpochAverage`); ``lr_halvings`` (the estimator: 1) is the halvings before the plateau
     that stops the fit. ``settings.reg_covar`` > 0 adds to every step the gradient of the penalty whose
     stationary points are EM-with-reg_covar's fixed points (:func:`_reg_covar_backward`; the schedule before
-    issue 14 had none: pass ``reg_covar=0``). ``n_iter`` counts epochs, at
+    the earlier schedule had none: pass ``reg_covar=0``). ``n_iter`` counts epochs, at
     most ``max_iter``.
 
     ``lower_bound`` of the result is the last epoch's mean objective (a running average over the epoch, not

@@ -1,4 +1,4 @@
-r"""gd's step in float32 without autograd or a per-batch solve: the fast path of ``_gd.gd_step`` (issue 14, part 2).
+r"""gd's step in float32 without autograd or a per-batch solve: the fast path of ``_gd.gd_step``.
 
 The same algorithm as :func:`~implicit_em.mixture._gd.accumulate_gradient` (the gradient of the mean NLL with
 respect to the score matrix is −φRᵀ/B, the E-step statistics, carried to the parameters), computed with less
@@ -148,7 +148,7 @@ class FastStep:
         (circulant order, :meth:`statistics` under the last :meth:`score_matrix_t`) are ``s``, plus (when
         ``reg_covar`` > 0 and ``volume``) that of reg_covar's penalty ½·reg·Σ_j sg(π_j)·tr(P_j), the gradient
         of ``_gd._reg_covar_backward`` added to dW before it is split into the parameters (no separate pass
-        over them: issue 14, fourth session)."""
+        over them)."""
         c = self.components
         pi = torch.softmax(self.logits.detach().double(), dim=0)
         k, d = c.n_components, c.n_features

@@ -17,7 +17,7 @@ CHUNK = 16_384  # rows per chunk of the batch E-step (φ in float32 is 10 MB at 
 MINI_BATCH = 4096  # default mini-batch rows of the stochastic fitters
 
 #: each fitter's batch when the estimator's ``batch_size`` is None: chunk rows for batch EM; mini-batch rows for
-#: online EM; 8192 for gd (issue 14: half the steps of 4096 per pass, each with the same fixed cost: score matrix,
+#: online EM; 8192 for gd (half the steps of 4096 per pass, each with the same fixed cost: score matrix,
 #: backward, Adam, ~0.3 ms at D = K = 16, for the same held-out log-likelihood at N = 1e6; data of at most 4096
 #: rows, iris, wine, breast cancer, digits, take one full-batch step either way)
 DEFAULT_BATCH_SIZE = {"em": CHUNK, "online_em": MINI_BATCH, "gd": 2 * MINI_BATCH}

@@ -1,10 +1,10 @@
-r"""A sticky-chain testbed on which a trained model can represent, and does track, the Bayes filter (issue 25 §1).
+r"""A sticky-chain testbed on which a trained model can represent, and does track, the Bayes filter.
 
 The companion's sticky simulation (arXiv 2512.22473, :class:`~implicit_em.windtunnel.tasks.StickyMarkovTask`) trains
 one attention head with no positions, no residual and no MLP. Its output at t depends on x_t and on the *unordered*
 set of earlier inputs, while the filter needs their order (x_{t-1} first of all): it cannot represent the Bayes
 predictive, and with the exact gradient it ended worse than the no-context predictor (0.655 against 0.366 bits,
-``advantage_ablation`` before issue 25). Experiments that read an ablation off that arm read noise. This module is
+``advantage_ablation`` before this testbed). Experiments that read an ablation off that arm read noise. This module is
 the shared replacement: the same chain, a model that can represent the filter, and the gates (tracking, plateau)
 that say whether an arm trained on it can decide anything.
 
@@ -34,7 +34,7 @@ W_O as four separate :class:`torch.nn.Linear` layers, so an experiment can addre
 
 Gates (declared here, before any ablation is read):
 
-- *tracks*: held-out KL(Bayes ‖ model) <= ``track_fraction`` (0.1, issue 25) x KL(Bayes ‖ no-context), both
+- *tracks*: held-out KL(Bayes ‖ model) <= ``track_fraction`` (0.1: the audit's tracking bar) x KL(Bayes ‖ no-context), both
   averaged over every position of the same held-out windows (:meth:`StickyTestbed.tracks`);
 - *plateau*: the mean held-out KL over the last ``plateau_window`` (0.2) of the evaluation checkpoints is at most
   ``plateau_tol`` (0.25) x the tracking bar below the mean over the window before it (:func:`plateau_drop`): the
@@ -295,7 +295,7 @@ class StickyTestbed:
     batch_size: int = 64
     eval_size: int = 256  # held-out windows for the gates
     eval_every: int = 50  # checkpoints for the plateau gate
-    # gates (issue 25: tracking; the plateau rule is this module's, declared before any ablation run)
+    # gates (tracking: the audit's bar; the plateau rule is this module's, declared before any ablation run)
     track_fraction: float = 0.1  # KL_model <= 0.1 x KL_no-context
     plateau_window: float = 0.2  # the last fifth of the checkpoints against the fifth before
     plateau_tol: float = 0.25  # ... lowers the mean KL by at most a quarter of the tracking bar
