@@ -34,7 +34,7 @@ W_O as four separate :class:`torch.nn.Linear` layers, so an experiment can addre
 
 Gates (declared here, before any ablation is read):
 
-- *tracks*: held-out KL(Bayes ‖ model) <= ``track_fraction`` (0.1: the audit's tracking bar) x KL(Bayes ‖ no-context), both
+- *tracks*: held-out KL(Bayes ‖ model) <= ``track_fraction`` (0.1) x KL(Bayes ‖ no-context), both
   averaged over every position of the same held-out windows (:meth:`StickyTestbed.tracks`);
 - *plateau*: the mean held-out KL over the last ``plateau_window`` (0.2) of the evaluation checkpoints is at most
   ``plateau_tol`` (0.25) x the tracking bar below the mean over the window before it (:func:`plateau_drop`): the
