@@ -33,7 +33,8 @@ def _one_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
     run_dir = tmp_path_factory.mktemp("run")
-    return EXPERIMENT.run(Config.quick(), Context(run_dir)), run_dir
+    with torch_threads(1):  # a module fixture runs before the autouse one: the runner's one thread, set here
+        return EXPERIMENT.run(Config.quick(), Context(run_dir)), run_dir
 
 
 def _state(seed: int, b: int = 3) -> tuple[esc.Sample, Tensor, Tensor]:

@@ -144,7 +144,7 @@ def _fake(states: dict[str, str]) -> object:
     """A replicate stand-in: every arm collapsed, except those in ``states`` ('prevented' or 'partial')."""
     shapes = {"collapsed": [0.8, 0.3, 0.1, 0.02, 0.01], "prevented": [0.8] * 5, "partial": [0.8, 0.7, 0.6, 0.5, 0.2]}
 
-    def fake(cfg: nav.Config, seeds: nav.Seeds) -> tuple[dict[str, nav.Arm], float]:
+    def fake(cfg: nav.Config, streams: nav.Seeds) -> tuple[dict[str, nav.Arm], float]:
         arms = {arm: _arm(shapes[states.get(arm, "collapsed")]) for arm in nav.ARMS}
         return arms, 0.9
 
@@ -188,7 +188,9 @@ def test_a_none_arm_that_does_not_collapse_makes_the_verdict_undecided(
     gate fails and the verdict is UNDECIDED, whatever the mechanisms do."""
     train = nav.train_arm
     monkeypatch.setattr(
-        nav, "train_arm", lambda arm, data, cfg, seeds: train("predictor" if arm == "none" else arm, data, cfg, seeds)
+        nav,
+        "train_arm",
+        lambda arm, data, cfg, streams: train("predictor" if arm == "none" else arm, data, cfg, streams),
     )
     res = nav.run(MID, Context(tmp_path))
     assert res.metrics["per arm"]["none"]["states"] == ["prevented"] * MID.n_seeds
@@ -203,7 +205,7 @@ def test_mechanisms_made_to_prevent_collapse_flip_the_verdict(tmp_path: Path, mo
         monkeypatch.setattr(
             nav,
             "train_arm",
-            lambda arm, data, cfg, seeds, p=planted: train("logdet" if arm in p else arm, data, cfg, seeds),
+            lambda arm, data, cfg, streams, p=planted: train("logdet" if arm in p else arm, data, cfg, streams),
         )
         res = nav.run(MID, Context(tmp_path))
         assert res.verdict == expected, res.summary

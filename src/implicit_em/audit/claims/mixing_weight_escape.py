@@ -40,7 +40,22 @@ from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds.measured import Measured
 
-__all__ = ["EXPERIMENT", "Config", "Escape", "Rule", "criteria", "figures", "measure", "run", "summary", "verdict"]
+__all__ = [
+    "EXPERIMENT",
+    "Config",
+    "Escape",
+    "Rule",
+    "criteria",
+    "data_seed",
+    "figures",
+    "flatness",
+    "growth",
+    "measure",
+    "run",
+    "spread",
+    "summary",
+    "verdict",
+]
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,7 @@ class Config:
 
 
 def data_seed(cfg: Config, i: int) -> int:
+    """Data set i's seed (its draw of the mixture; the methods themselves are deterministic)."""
     return cfg.seed * 1000 + i
 
 
@@ -231,14 +247,14 @@ def _put_directions(m: Metrics, cfg: Config, seed_runs: list[dict[str, Any]]) ->
 
 def measure(cfg: Config, ctx: Context) -> Measured:
     """Every method from every start on ``n_seeds`` data sets; escapes, ratios, controls and directions."""
-    seeds = [data_seed(cfg, i) for i in range(cfg.n_seeds)]
+    data_seeds = [data_seed(cfg, i) for i in range(cfg.n_seeds)]
     seed_runs = []
-    for seed in seeds:
+    for seed in data_seeds:
         data = esc.sample(esc.data_set(cfg.n, cfg.separation, seed))
         seed_runs.append({"seed": seed, **esc.seed_run(data, cfg.w0s, cfg.steps, cfg.adam_lrs, cfg.escape)})
     m = Measured()
     m.drawn["seed runs"] = seed_runs
-    m.put("data seeds", seeds, "seed ids", "the data sets' seeds")
+    m.put("data seeds", data_seeds, "seed ids", "the data sets' seeds")
     m.put("w0", list(cfg.w0s), "value", "the small component's initial weights w₀")
     _put_escapes(m, cfg, seed_runs)
     _put_checks(m, seed_runs)

@@ -40,7 +40,23 @@ from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds.measured import Measured
 
-__all__ = ["EXPERIMENT", "Config", "Rule", "criteria", "figures", "measure", "run", "summary", "verdict"]
+__all__ = [
+    "EXPERIMENT",
+    "Arm",
+    "Config",
+    "Rule",
+    "Seeds",
+    "criteria",
+    "figures",
+    "measure",
+    "replicate",
+    "replicate_seeds",
+    "run",
+    "share",
+    "summary",
+    "train_arm",
+    "verdict",
+]
 
 MECHANISMS = ("weight_decay", "layernorm", "residual")  # the three §6.2 names: they decide the verdict
 CONTROLS = ("none", "logdet")  # the gates: the risk is shown, a prevention is possible
@@ -138,16 +154,16 @@ def replicate_seeds(cfg: Config, i: int) -> Seeds:
     return Seeds(seed, 7919 + seed, 7919 + seed + 1, 7919 + seed)
 
 
-def train_arm(arm: str, data: va.Data, cfg: Config, seeds: Seeds) -> Arm:
+def train_arm(arm: str, data: va.Data, cfg: Config, streams: Seeds) -> Arm:
     t0 = time.perf_counter()
-    model = va.Siamese(arm, data.x_train, cfg.hidden, torch.Generator().manual_seed(seeds.init))
+    model = va.Siamese(arm, data.x_train, cfg.hidden, torch.Generator().manual_seed(streams.init))
     decay = cfg.weight_decay_strong if arm == "weight_decay_strong" else cfg.weight_decay
-    views = torch.Generator().manual_seed(seeds.views)
+    views = torch.Generator().manual_seed(streams.views)
     at, snaps = va.train_siamese(
         model, data, cfg.steps, cfg.lr, decay, cfg.sigma, cfg.volume_weight, cfg.eval_every, views
     )
     with torch.no_grad():
-        ari = va.kmeans_ari(model.features(data.x_test), data.y_test, cfg.k, seeds.kmeans)
+        ari = va.kmeans_ari(model.features(data.x_test), data.y_test, cfg.k, streams.kmeans)
     return Arm(
         steps=at,
         spread=[s.spread for s in snaps],
@@ -158,11 +174,11 @@ def train_arm(arm: str, data: va.Data, cfg: Config, seeds: Seeds) -> Arm:
     )
 
 
-def replicate(cfg: Config, seeds: Seeds) -> tuple[dict[str, Arm], float]:
+def replicate(cfg: Config, streams: Seeds) -> tuple[dict[str, Arm], float]:
     """Every arm on one data set, and the k-means ARI on the inputs themselves (the reference)."""
-    data = va.make_data(cfg.n, cfg.n, cfg.dim, cfg.k, cfg.separation, torch.Generator().manual_seed(seeds.data))
-    arms = {arm: train_arm(arm, data, cfg, seeds) for arm in ARMS}
-    return arms, va.kmeans_ari(data.x_test, data.y_test, cfg.k, seeds.data)
+    data = va.make_data(cfg.n, cfg.n, cfg.dim, cfg.k, cfg.separation, torch.Generator().manual_seed(streams.data))
+    arms = {arm: train_arm(arm, data, cfg, streams) for arm in ARMS}
+    return arms, va.kmeans_ari(data.x_test, data.y_test, cfg.k, streams.data)
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -197,8 +213,8 @@ def share(m: Metrics, arm: str, state: str) -> float:
 
 def measure(cfg: Config, ctx: Context) -> Measured:
     """Every arm on ``n_seeds`` replicates; per arm its states, spreads, ranks, ARIs and losses at the end."""
-    seeds = [replicate_seeds(cfg, i) for i in range(cfg.n_seeds)]
-    results = [replicate(cfg, s) for s in seeds]
+    streams = [replicate_seeds(cfg, i) for i in range(cfg.n_seeds)]
+    results = [replicate(cfg, s) for s in streams]
     m = Measured()
     m.drawn["replicates"] = [arms for arms, _ in results]
     per_arm = {arm: _arm_metrics(cfg.rule, [r[arm] for r in m.drawn["replicates"]]) for arm in ARMS}
@@ -215,7 +231,7 @@ def measure(cfg: Config, ctx: Context) -> Measured:
         "ARI",
         "k-means ARI on the held-out inputs themselves (median, min, max): the reference",
     )
-    m.put("replicate seeds", [s.data for s in seeds], "seed ids", "the replicates' data seeds")
+    m.put("replicate seeds", [s.data for s in streams], "seed ids", "the replicates' data seeds")
     m.put("steps", cfg.steps, "steps", "training steps of every arm")
     m.put("n", cfg.n, "count", "training inputs N per replicate")
     return m
