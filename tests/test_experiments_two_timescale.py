@@ -10,8 +10,18 @@ import pytest
 import torch
 
 from implicit_em.audit import EXPERIMENTS
-from implicit_em.audit.claims.two_timescale import DECIDING, EXPERIMENT, Config, criteria, settings, state, verdict
+from implicit_em.audit.claims.two_timescale import (
+    DECIDING,
+    EXPERIMENT,
+    Config,
+    _streams,
+    criteria,
+    settings,
+    state,
+    verdict,
+)
 from implicit_em.audit.core import Context, Result
+from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.testbeds.two_timescale import (
     GROUPS,
     Protocol,
@@ -52,14 +62,14 @@ def _tiny() -> Config:
     )
 
 
-def _named(metrics: dict[str, dict[str, object]]) -> dict[str, object]:
+def _named(metrics: dict[str, dict[str, object]]) -> Metrics:
     """Per-setting metrics as the record holds them: ``<setting>_adam_<key>``, with the planted controls passing."""
-    return {"planted_errors": 0, **{f"{n}_adam_{k}": v for n, mm in metrics.items() for k, v in mm.items()}}
+    return Metrics({"planted_errors": 0, **{f"{n}_adam_{k}": v for n, mm in metrics.items() for k, v in mm.items()}})
 
 
 def _verdict(metrics: dict[str, dict[str, object]], cfg: Config) -> str:
     m = _named(metrics)
-    return verdict(cfg, m, criteria(cfg, m))  # type: ignore[arg-type]
+    return verdict(cfg, m, criteria(cfg, m))
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +223,7 @@ def test_a_run_too_short_to_track_is_undecided(tmp_path: Path) -> None:
     failed = {c.metric for c in res.criteria if c.role == "gate" and not c.passed}
     assert any(m.startswith("wind_tunnel: baseline KL") for m in failed)
     assert not res.metrics["wind_tunnel_adam_tracks"]
-    assert not res.metrics.undeclared()  # type: ignore[attr-defined]  # every metric declared with its unit
+    assert isinstance(res.metrics, Metrics) and not res.metrics.undeclared()  # every metric declared with its unit
 
 
 def test_stacked_optimiser_equals_torch_per_run() -> None:
@@ -224,9 +234,11 @@ def test_stacked_optimiser_equals_torch_per_run() -> None:
     factors = [0.5, 1.0, 0.25]
     for kind in ("sgd", "adam"):
         w = w0.clone().requires_grad_(True)
-        opt = StackedOptimiser({"w": w}, {"w": 0.05 * mult}, kind)  # type: ignore[arg-type]
+        opt = StackedOptimiser({"w": w}, {"w": 0.05 * mult}, kind)
         for f in factors:
-            loss = sum(torch.nn.functional.cross_entropy(x @ w[r].T, y, reduction="sum") for r in range(2))
+            loss = torch.stack(
+                [torch.nn.functional.cross_entropy(x @ w[r].T, y, reduction="sum") for r in range(2)]
+            ).sum()
             (g,) = torch.autograd.grad(loss, [w])
             opt.step({"w": g}, torch.tensor([f, f]))
         for r in range(2):
@@ -245,12 +257,12 @@ def test_stacked_optimiser_equals_torch_per_run() -> None:
 
 def test_stacked_forward_equals_each_model_and_the_state_read_outs() -> None:
     task = BijectionTask(6)
-    models = []
-    for s in range(3):
-        torch.manual_seed(s)
+    models: list[torch.nn.Module] = []
+    for seed in range(3):
+        torch.manual_seed(seed)
         models.append(CausalTransformer(task.vocab_size, task.n_classes, task.seq_len(), 2, 2, 16, 32))
     tokens = task.sample(4, torch.Generator().manual_seed(0)).tokens
-    params = stack_inits(models)  # type: ignore[arg-type]
+    params = stack_inits(models)
     with torch.no_grad():
         out = stacked(models[0], lambda m, t: m(t), (None,))(params, tokens)
         read = stacked(models[0], transformer_state, (None,))(params, tokens)
@@ -304,8 +316,21 @@ def test_quick_run_is_consistent(result: tuple[Result, Path]) -> None:
             assert all(g > -0.05 for g in m[p + "train_minus_bayes_nats"])  # online: no run beats Bayes
     # the one-head head cannot represent the filter: it ends no better than a tenth of the way to Bayes
     assert all(r > cfg.rule.track for r in m["sticky_one_head_adam_track_ratio"])
-    assert res.verdict == verdict(cfg, m, res.criteria)
-    assert not m.undeclared()  # type: ignore[attr-defined]
+    assert isinstance(m, Metrics) and res.verdict == verdict(cfg, m, res.criteria)
+    assert isinstance(m, Metrics) and not m.undeclared()
     # a smoke size: the sticky testbed trains 40 of its 4,000 steps, cannot track, and so cannot decide
     assert not m["sticky_adam_tracks"] and res.verdict == "UNDECIDED"
     assert (run_dir / res.figures[0]).is_file()
+
+
+def test_every_stream_is_derived_from_the_seed_and_two_seeds_share_none() -> None:
+    a, b = (_streams(dataclasses.replace(Config.full(), seed=s)) for s in (0, 1))
+    ints = [lambda st: set(st["models"]), lambda st: {x for pair in st["data"] for x in pair}]
+    for pick in ints:
+        assert not pick(a) & pick(b)  # --seed 0 and --seed 1 never share a model or data stream
+    assert len(set(a["models"]) | {x for pair in a["data"] for x in pair}) == 3 * Config.full().n_seeds
+    assert a["means"] != b["means"]
+    for key in ("probe_wind_tunnel", "probe_sticky", "probe_sticky_one_head", "planted"):
+        assert a[key].initial_seed() != b[key].initial_seed()
+    again = _streams(Config.full())
+    assert again["models"] == a["models"] and again["data"] == a["data"]  # deterministic

@@ -31,8 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
+from implicit_em.audit import seeds
 from implicit_em.audit.core import Comparison, Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
@@ -178,16 +177,20 @@ def protocol(cfg: Config, name: str, setting: str) -> tt.Protocol:
 
 
 def _streams(cfg: Config) -> dict[str, Any]:
-    """Every random stream of one run: model seeds, data-stream seeds (order a, order b) per seed, the probes'
-    generators, the chains' means and the planted controls'."""
+    """Every random stream of one run, derived from its seed by name (so ``--seed 0`` and ``--seed 1`` share none):
+    per inner seed i its models' initialisation and its two data streams (order a, order b); the held-out probes;
+    the chain's means (one stream: both sticky settings draw the same means, as the testbed's chain and the
+    one-head head's differ only in their stay probability); the planted controls'."""
+    n = range(cfg.n_seeds)
     return {
-        "models": [1_000 * cfg.seed + i for i in range(cfg.n_seeds)],
-        "data": [tuple(7_919 * (1_000 * cfg.seed + i) + 101 * o + 17 for o in range(2)) for i in range(cfg.n_seeds)],
-        "means": cfg.seed,
-        "probe_wind_tunnel": torch.Generator().manual_seed(1_000_003 + cfg.seed),
-        "probe_sticky": StickyTestbed().eval_generator(1_000 * cfg.seed),
-        "probe_sticky_one_head": torch.Generator().manual_seed(1_000_007 + cfg.seed),
-        "planted": torch.Generator().manual_seed(10_000 + cfg.seed),
+        "models": [seeds.derive(cfg.seed, "init", i) for i in n],
+        "data": [(seeds.derive(cfg.seed, "data", i, 0), seeds.derive(cfg.seed, "data", i, 1)) for i in n],
+        "means": seeds.derive(cfg.seed, "chain means"),
+        **{
+            f"probe_{s}": seeds.torch_generator(cfg.seed, "probe", s)
+            for s in ("wind_tunnel", "sticky", "sticky_one_head")
+        },
+        "planted": seeds.torch_generator(cfg.seed, "planted"),
     }
 
 
