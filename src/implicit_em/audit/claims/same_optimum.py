@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 import torch
 
+import implicit_em.audit.testbeds.mixture_ends as ends
+import implicit_em.audit.testbeds.mixture_paths as paths
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated, identity
 from implicit_em.audit.metrics import Metrics
-from implicit_em.audit.testbeds import mixture_ends as ends
-from implicit_em.audit.testbeds import mixture_paths as paths
 from implicit_em.mixture._data import DataSource
 
 __all__ = ["EXPERIMENT", "Certificate", "Config", "Practical", "Prior", "Setting", "criteria", "figures", "measure"]
@@ -177,6 +177,8 @@ def _put(m: Metrics, key: str, value: Any, unit: str) -> None:
 
 def _data(cfg: Config) -> tuple[np.ndarray, np.ndarray, list[Any]]:
     """Training rows (N, D), held-out rows (N/2, D) and the starts."""
+    # the earlier seed derivation, kept (seed, seed + 1, seed + 2 here; 1000 (seed + 3) + 10 s for the mini-batch
+    # orders): the move to audit.seeds.derive is written but not yet pinned at seeds 0-4 (its page says so)
     s = cfg.setting
     truth = paths.truth(s.k, s.d, cfg.seed)
     rng = np.random.RandomState(cfg.seed + 1)
