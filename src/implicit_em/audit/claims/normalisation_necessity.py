@@ -33,8 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
+from implicit_em.audit import seeds
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated, identity
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
@@ -130,7 +129,8 @@ class Config:
 
 
 def _train_seeds(cfg: Config) -> list[int]:
-    return [cfg.seed + i for i in range(cfg.n_seeds)]
+    """The torch seeds of the training replicates: each seeds an arm's initial weights and its batch stream."""
+    return [seeds.derive(cfg.seed, "train", i) for i in range(cfg.n_seeds)]
 
 
 def _task(cfg: Config, name: str) -> Task:
@@ -180,7 +180,7 @@ def _measure_task(cfg: Config, task_name: str, m: Metrics, found: dict[str, dict
     """Train the arms on one task over the seeds; its floors, runs and ratios into ``m``, its operators into
     ``found``; returns its causal leaks by arm."""
     task, steps, t = _task(cfg, task_name), getattr(cfg.steps, task_name), TASK_LABELS[task_name]
-    eval_batch = task.sample(cfg.eval_size, torch.Generator().manual_seed(10_000 + cfg.seed))
+    eval_batch = task.sample(cfg.eval_size, seeds.torch_generator(cfg.seed, "eval"))  # one stream: HMMs share it
     probe = Batch(eval_batch.tokens[:16], eval_batch.positions, eval_batch.posterior[:16],
                   None if eval_batch.labels is None else eval_batch.labels[:16])  # fmt: skip
     floors = arms.no_context_floors(task, eval_batch)
@@ -188,9 +188,10 @@ def _measure_task(cfg: Config, task_name: str, m: Metrics, found: dict[str, dict
     if "emission_only_kl" in floors:
         m.put(f"{task_name}_emission_only_kl", floors["emission_only_kl"], "bits", f"{t}: emission-only predictor, KL")
     m.put(f"{task_name}_steps", steps, "steps", f"{t}: training steps")
-    base = _windtunnel_config(cfg, task_name, "softmax", cfg.seed)
+    base = _windtunnel_config(cfg, task_name, "softmax", 0)  # train_arms sets each arm's loss and seed
     arms_ = [(name, architecture, loss) for name, architecture, loss, _ in ARMS]
-    trained = arms.train_arms(task, arms_, base, _train_seeds(cfg), eval_batch, probe, cfg.n_curve_points, 0)
+    leak_seed = seeds.derive(cfg.seed, "causal leak")
+    trained = arms.train_arms(task, arms_, base, _train_seeds(cfg), eval_batch, probe, cfg.n_curve_points, leak_seed)
     for name, kinds in trained.operators.items():
         for kind, ops in kinds.items():
             found[name].setdefault(kind, []).extend(f"{task_name}:{op}" for op in ops)
@@ -327,8 +328,7 @@ def summary(cfg: Config, m: dict[str, Any], verdict: Verdict) -> str:
 
 def _numbers(cfg: Config, m: dict[str, Any]) -> str:
     """Every arm's seed-mean KL (and its ratio to softmax) next to the floor and the bar, per task."""
-    seeds = len(m["seeds"])
-    parts = []
+    n, parts = len(m["seeds"]), []
     for task in TASKS:
         arms = ", ".join(
             f"{LABELS[n]} {m[f'{task}_{n}_kl']:.4f}"
@@ -340,7 +340,7 @@ def _numbers(cfg: Config, m: dict[str, Any]) -> str:
             f"{TASK_LABELS[task]}: {arms}; floor {m[f'{task}_floor_kl']:.4f}{extra}, bar {_bar(cfg, m, task):.4f}"
             + ("" if task in DECIDING else f", softmax {_status(cfg, m, task)}")
         )
-    return f"KL(Bayes || model) in bits, mean of {seeds} seed{'s' if seeds > 1 else ''}: " + "; ".join(parts)
+    return f"KL(Bayes || model) in bits, mean of {n} seed{'s' if n > 1 else ''}: " + "; ".join(parts)
 
 
 def figures(cfg: Config, m: dict[str, Any], ctx: Context) -> list[str]:
