@@ -511,7 +511,7 @@ def test_an_ablation_arm_made_equal_to_a_triggers_the_falsifier() -> None:
     """Planted effect: arm D trained with the exact gradient (so D = A: same init, stream and steps) must read as
     the falsifier (within 2x of A, signature present) and the verdict REFUTED; the honest arms do not."""
     cfg = SMOKE
-    # seed 1: the quick bijection's arm A passes every gate there (at seed 0 its |ρ| misses the signature gate)
+    # seed 1: the quick bijection's arm A passes every gate there (|ρ| 0.501 against the bar 0.5)
     planted = _bijection(
         dataclasses.replace(cfg, seed=1), {"A": "exact", "B": "zero", "C": "no_baseline", "D": "exact"}
     )

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from implicit_em.audit import seeds
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated, identity
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.testbeds import ablation_arms as arms
@@ -141,16 +142,16 @@ class Config:
 
 
 def _streams(cfg: Config, i: int) -> dict[str, dict[str, Any]]:
-    """The seeds of replicate i (the earlier offsets of ``seed + i``; STEP-A)."""
-    s = cfg.seed + i
+    """The seeds of replicate i: each stream derived by name from the run's seed."""
+    s = cfg.seed
     return {
-        "bijection": {"init": s, "held": 10_000 + s, "perm": 20_000 + s, "data": 30_000 + s},
+        "bijection": {k: seeds.derive(s, f"bijection-{k}", i) for k in ("init", "held", "perm", "data")},
         "sticky": {
-            "init": s,
-            "perm": 40_000 + s,
-            "held": s,
-            "spread": [60_000 + 100 * s + j for j in range(cfg.manifold.n_inits)],
-            "shuffle": 50_000 + s,
+            "init": seeds.derive(s, "sticky", i),  # the init and training stream; sticky_manifold's init i
+            "perm": seeds.derive(s, "sticky-perm", i),
+            "held": seeds.derive(s, "sticky-held"),  # one held-out set per run, as sticky_manifold's
+            "spread": [seeds.derive(s, "sticky-spread", i, j) for j in range(cfg.manifold.n_inits)],
+            "shuffle": seeds.derive(s, "sticky-shuffle", i),  # sticky_manifold's shuffled control i
         },
     }
 
@@ -158,17 +159,16 @@ def _streams(cfg: Config, i: int) -> dict[str, dict[str, Any]]:
 def _onehead_streams(cfg: Config) -> dict[str, Any]:
     s, oh = cfg.seed, cfg.onehead
     return {
-        "means": s,
-        "train": [1_000 * s + 100 + k for k in range(oh.train_sequences)],
-        "held": [1_000 * s + 500 + h for h in range(oh.heldout)],
-        "inits": [s + i for i in range(cfg.n_seeds)],
-        "perm": 40_000 + s,
+        "means": seeds.derive(s, "onehead-means"),
+        "train": [seeds.derive(s, "onehead-train", k) for k in range(oh.train_sequences)],
+        "held": [seeds.derive(s, "onehead-held", h) for h in range(oh.heldout)],
+        "inits": [seeds.derive(s, "onehead-init", i) for i in range(cfg.n_seeds)],
+        "perm": seeds.derive(s, "onehead-perm"),
     }
 
 
 def _sticky_replicate(cfg: Config, ctx: Context, i: int, modes: dict[str, Mode] | None = None) -> dict[str, Any]:
-    """Replicate i on the testbed: the arms (``modes``, default all four), the init spread and (for the first
-    ``n_shuffled``) the control."""
+    """Replicate i on the testbed: the arms (``modes``: all four), the init spread and (first ones) the control."""
     tb, st, queries = cfg.testbed(), _streams(cfg, i)["sticky"], cfg.queries()
     held = tb.eval_batch(st["held"])
     out = arms.sticky_arms(tb, st["init"], st["perm"], held, queries, cfg.rule.plateau_window, modes)
@@ -202,7 +202,7 @@ def _tasks(cfg: Config, ctx: Context) -> tuple[dict[str, Any], dict[str, float]]
 def measure(cfg: Config, ctx: Context) -> Metrics:
     """Train every arm of every setting, read them, and declare every number (with the outcomes the rule reads)."""
     m = Metrics()
-    checks = gradient_checks(cfg.seed)
+    checks = gradient_checks(seeds.derive(cfg.seed, "gradient-check"))
     data, times = _tasks(cfg, ctx)
     for t in (*TASKS, ONEHEAD):
         ablation_metrics.put_summary(m, t, data["results"][t])
