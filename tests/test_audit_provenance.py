@@ -83,3 +83,13 @@ def test_code_text_keeps_arithmetic_and_drops_prose() -> None:
     assert provenance.code_text('def f():\n    """Only a docstring."""\n') == provenance.code_text(
         "def f():\n    pass\n"
     )
+
+
+def test_a_claims_hash_holds_its_own_code_and_no_other_claims() -> None:
+    """The registry imports every claim; a claim's hash must not follow it (``from implicit_em.audit import seeds``
+    executes ``implicit_em/audit/__init__.py``, which only re-exports)."""
+    for e in EXPERIMENTS:
+        files = provenance.code_files(e.run.__module__, _PACKAGE)
+        claims = {name for name in files if name.startswith("implicit_em.audit.claims.")}
+        assert claims == {e.run.__module__}, e.name
+        assert "implicit_em.audit" not in files and "implicit_em.audit.testbeds" not in files

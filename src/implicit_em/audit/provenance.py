@@ -7,8 +7,9 @@
   (:func:`code_text`), so a docstring, a comment, a reformat or an export list never invalidates a record, and
   any change of behaviour (an operator, a constant, a call) does.
   An import names the module it imports: ``from implicit_em.mixture import _stats`` brings in
-  ``mixture/__init__.py`` and ``mixture/_stats.py``, never ``implicit_em/__init__.py`` (whose re-exports
-  would otherwise pull in the whole library, e.g. through ``from implicit_em import gaussian``). So a change
+  ``mixture/__init__.py`` and ``mixture/_stats.py``, never ``implicit_em/__init__.py`` nor the audit's
+  ``__init__`` files (the registry and its folders), which only re-export and would otherwise pull in the whole
+  library or every claim (``from implicit_em.audit import seeds``). So a change
   to the library code an experiment uses changes its code hash, and a change elsewhere (another experiment,
   the registry, the report) does not;
 - git state: the commit of the checkout holding the package's sources and whether those sources differ from it
@@ -38,6 +39,10 @@ __all__ = [
 
 _PACKAGE = "implicit_em"
 _ROOT = Path(__file__).resolve().parents[1]  # src/implicit_em
+# packages whose __init__ only re-exports (the library's top level, the audit's registry and its folders): importing
+# a name through them runs nothing a claim depends on, so they are not hashed (else every claim would hash every
+# other: `from implicit_em.audit import seeds` executes the registry)
+_REEXPORTS = ("implicit_em", "implicit_em.audit", "implicit_em.audit.claims", "implicit_em.audit.testbeds")
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:
@@ -55,7 +60,7 @@ def _module_file(name: str, root: Path = _ROOT) -> Path | None:
     """The source file of ``implicit_em`` module ``name`` under ``root`` (the package folder), or None if the name
     is not a module (an attribute)."""
     parts = name.split(".")
-    if parts[0] != _PACKAGE or len(parts) == 1:  # the top level only re-exports: `from implicit_em import x`
+    if parts[0] != _PACKAGE or name in _REEXPORTS:  # a package that only re-exports: `from implicit_em import x`
         return None
     base = root.joinpath(*parts[1:])
     for path in (base / "__init__.py", base.with_suffix(".py")):
