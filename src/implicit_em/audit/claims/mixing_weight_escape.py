@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 import implicit_em.audit.testbeds.escape as esc
-from implicit_em.audit import stats
+from implicit_em.audit import seeds, stats
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
@@ -105,7 +105,7 @@ class Config:
 
 def data_seed(cfg: Config, i: int) -> int:
     """Data set i's seed (its draw of the mixture; the methods themselves are deterministic)."""
-    return cfg.seed * 1000 + i
+    return seeds.derive(cfg.seed, "data", i)
 
 
 # --- over the seeds: escapes, ratios, growth ------------------------------------------------------------------------
