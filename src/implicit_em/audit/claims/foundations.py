@@ -98,6 +98,8 @@ class Config:
 
 def _draws(cfg: Config, name: str) -> list[list[Measure]]:
     """Identity ``name``'s checks on each of the ``draws`` independent draws of cases."""
+    # the old derivation (seed·draws + i) until the named streams, seeds.torch_generator(seed, name, i), are pinned at
+    # quick seeds 0-4 (docs/claims/foundations.md, History)
     return [CHECKS[name](cfg, torch.Generator().manual_seed(cfg.seed * cfg.draws + i)) for i in range(cfg.draws)]
 
 

@@ -179,6 +179,8 @@ def _put_xu_jordan(m: Measured, cfg: Config, sweep: list[dict[str, Any]], rows: 
 def measure(cfg: Config, ctx: Context) -> Measured:
     """The sweep and the Xu–Jordan run (module docstring)."""
     sweep = _sweep(cfg)
+    # the old derivations (seed, seed + 1, seed + 2) until the named streams, seeds.derive(seed, "sweep" | "mixture"
+    # | "start"), are pinned at quick seeds 0-4 (docs/claims/gd_vs_em_step.md, History)
     x = ge.planted_mixture(cfg.seed + 1, cfg.xu_jordan.n)
     rows = ge.xu_jordan_run(x, cfg.seed + 2, cfg.xu_jordan.iterations, cfg.xu_jordan.min_step)
     m = Measured()
