@@ -30,8 +30,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-import torch
-
+from implicit_em.audit import seeds
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated, identity
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds.identities import CHECKS, Measure
@@ -98,9 +97,7 @@ class Config:
 
 def _draws(cfg: Config, name: str) -> list[list[Measure]]:
     """Identity ``name``'s checks on each of the ``draws`` independent draws of cases."""
-    # the old derivation (seed·draws + i) until the named streams, seeds.torch_generator(seed, name, i), are pinned at
-    # quick seeds 0-4 (docs/claims/foundations.md, History)
-    return [CHECKS[name](cfg, torch.Generator().manual_seed(cfg.seed * cfg.draws + i)) for i in range(cfg.draws)]
+    return [CHECKS[name](cfg, seeds.torch_generator(cfg.seed, name, i)) for i in range(cfg.draws)]
 
 
 def _judge(check: Measure, series: list[float]) -> Criterion:

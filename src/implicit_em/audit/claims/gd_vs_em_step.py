@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from implicit_em.audit import seeds
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds import gradient_em as ge
@@ -95,7 +96,7 @@ class Config:
 def _sweep(cfg: Config) -> list[dict[str, Any]]:
     """One row per sweep weight: S₁, S₂, the imbalance, the single step (:func:`ge.single_step`) and the paths."""
     s = cfg.sweep
-    u = torch.randn(s.n, generator=torch.Generator().manual_seed(cfg.seed), dtype=F64)
+    u = torch.randn(s.n, generator=seeds.torch_generator(cfg.seed, "sweep"), dtype=F64)
     mu0 = torch.tensor(s.start, dtype=F64)
     rows = []
     for w in s.weights:
@@ -179,10 +180,9 @@ def _put_xu_jordan(m: Measured, cfg: Config, sweep: list[dict[str, Any]], rows: 
 def measure(cfg: Config, ctx: Context) -> Measured:
     """The sweep and the Xu–Jordan run (module docstring)."""
     sweep = _sweep(cfg)
-    # the old derivations (seed, seed + 1, seed + 2) until the named streams, seeds.derive(seed, "sweep" | "mixture"
-    # | "start"), are pinned at quick seeds 0-4 (docs/claims/gd_vs_em_step.md, History)
-    x = ge.planted_mixture(cfg.seed + 1, cfg.xu_jordan.n)
-    rows = ge.xu_jordan_run(x, cfg.seed + 2, cfg.xu_jordan.iterations, cfg.xu_jordan.min_step)
+    x = ge.planted_mixture(seeds.derive(cfg.seed, "mixture"), cfg.xu_jordan.n)
+    start = seeds.derive(cfg.seed, "start")
+    rows = ge.xu_jordan_run(x, start, cfg.xu_jordan.iterations, cfg.xu_jordan.min_step)
     m = Measured()
     _put_sweep(m, cfg, sweep)
     _put_xu_jordan(m, cfg, sweep, rows)
