@@ -150,6 +150,8 @@ class Seeds:
 
 
 def replicate_seeds(cfg: Config, i: int) -> Seeds:
+    """The earlier derivation, kept: ``seeds.derive`` per stream is prepared but not yet pinned at seeds 0-4 (the
+    claim's page). Replicate i's views (7919 + s + 1) share a stream with replicate i + 1's weight draws."""
     seed = cfg.seed * cfg.n_seeds + i
     return Seeds(seed, 7919 + seed, 7919 + seed + 1, 7919 + seed)
 
