@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 
+from implicit_em._runio import torch_threads
 from implicit_em.audit import EXPERIMENTS
 from implicit_em.audit.claims.bayes_necessity import (
     EXPERIMENT,
@@ -28,7 +29,8 @@ FLOOR_20 = bijection_no_context_mae(20)  # 1.1073 bits: the tracking bar is 0.11
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
     figure_dir = tmp_path_factory.mktemp("run") / "figures"
-    return EXPERIMENT.run(Config.quick(), Context(figure_dir.parent)), figure_dir
+    with torch_threads(1):  # as the runner runs the quick size (the claim leaves threads to its caller)
+        return EXPERIMENT.run(Config.quick(), Context(figure_dir.parent)), figure_dir
 
 
 def _decide(cfg: Config, m: dict[str, Any]) -> tuple[Verdict, str]:
@@ -236,7 +238,8 @@ def test_untrained_transformers_give_undecided_not_a_verdict(tmp_path: Path, mon
         return dataclasses.replace(wcfg, steps=2, warmup_steps=0, eval_every=1, checkpoint_every=2)
 
     monkeypatch.setattr(bn, "_windtunnel_config", short)
-    res = EXPERIMENT.run(dataclasses.replace(Config.quick(), steps=200), Context(tmp_path))
+    with torch_threads(1):
+        res = EXPERIMENT.run(dataclasses.replace(Config.quick(), steps=200), Context(tmp_path))
     assert res.verdict == "UNDECIDED" and "Neither transformer tracks" in res.summary
     crit = {c.metric: c for c in res.criteria}
     assert not crit["softmax_kl (tracks the posterior)"].passed and not crit["sigmoid_kl (tracks the posterior)"].passed
