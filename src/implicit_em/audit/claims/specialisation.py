@@ -92,10 +92,13 @@ class Config:
 
 
 def data_seed(cfg: Config) -> int:
+    """The data set's seed: the earlier derivation, kept (with ``seeds.derive`` quick seed 3 read SUPPORTED where it
+    reads PARTIAL; the claim's page)."""
     return cfg.seed
 
 
 def start_seed(cfg: Config, s: int) -> int:
+    """Start s's seed (its means, the prototypes' batch order, the fitter's ``random_state``): kept, as above."""
     return cfg.seed * 1000 + s
 
 
