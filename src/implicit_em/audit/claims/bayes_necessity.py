@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from implicit_em.audit import stats
+from implicit_em.audit import seeds, stats
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated, identity
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
@@ -122,36 +122,37 @@ class _Measured(Metrics):
 
 
 def _train_seeds(cfg: Config) -> list[int]:
-    # still seed + i (and eval set 10_000 + seed): the audit.seeds derivation awaits its pin (docs/claims page)
-    return [cfg.seed + i for i in range(cfg.n_seeds)]
+    """The torch seeds of the training replicates: each seeds a model's initial weights and its batch stream."""
+    return [seeds.derive(cfg.seed, "train", i) for i in range(cfg.n_seeds)]
 
 
-def _windtunnel_config(cfg: Config, model: str, loss: str, seed: int) -> WindTunnelConfig:
-    net = cfg.network
+def _windtunnel_config(cfg: Config, model: str, loss: str, replicate: int) -> WindTunnelConfig:
+    """One model's wind-tunnel run at training replicate ``replicate`` (its own evaluation set too)."""
+    net, seed, eval_seed = cfg.network, _train_seeds(cfg)[replicate], seeds.derive(cfg.seed, "eval", replicate)
     return WindTunnelConfig(
         task="bijection", n_symbols=cfg.n_symbols, model=model, loss=loss, n_layers=net.n_layers,
         n_heads=net.n_heads, d_model=net.d_model, d_ff=net.d_ff, steps=cfg.steps, batch_size=cfg.batch_size,
         lr=cfg.lr, warmup_steps=cfg.warmup_steps, seed=seed, eval_every=max(1, cfg.steps // 4),
-        eval_size=cfg.eval_size, eval_seed=10_000 + seed, checkpoint_every=cfg.steps, device=cfg.device,
+        eval_size=cfg.eval_size, eval_seed=eval_seed, checkpoint_every=cfg.steps, device=cfg.device,
     )  # fmt: skip
 
 
 def measure(cfg: Config, ctx: Context) -> Metrics:
     """Train every model at every training seed (the token MLP at its first seeds); the law checks and the
     entropy curves on the first seed."""
-    seeds = _train_seeds(cfg)
+    train_seeds = _train_seeds(cfg)
     mae: dict[str, list[float]] = {name: [] for name, _, _ in RUNS}
     kl: dict[str, list[float]] = {name: [] for name, _, _ in RUNS}
     late: dict[str, list[float]] = {name: [] for name, _, _ in RUNS}  # MAE at 3/4 of the steps: still learning?
     seconds: dict[str, float] = {name: 0.0 for name, _, _ in RUNS}
     m, sum_errors = _Measured(), []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, seed in enumerate(seeds):
+        for i, seed in enumerate(train_seeds):
             for name, model_kind, loss in RUNS:
                 if name == "token_mlp" and i >= cfg.token_mlp_seeds:
                     continue
                 t0 = time.perf_counter()
-                wcfg = _windtunnel_config(cfg, model_kind, loss, seed)
+                wcfg = _windtunnel_config(cfg, model_kind, loss, i)
                 result, trained, initial = train_and_load(wcfg, Path(tmp) / f"{name}-{seed}")
                 metrics = result.metrics["eval"]
                 mae[name].append(metrics.entropy_mae_per_sample)
@@ -160,13 +161,13 @@ def measure(cfg: Config, ctx: Context) -> Metrics:
                 m.put(f"{name}_params", result.n_params, "count", f"{LABELS[name]}: parameters")
                 if name == "sigmoid" and metrics.sigmoid_sum_error is not None:
                     sum_errors.append(metrics.sigmoid_sum_error)
-                if seed == seeds[0]:
+                if seed == train_seeds[0]:
                     m.curves[name], m.curves["bayes"] = metrics.curves.entropy_model, metrics.curves.entropy_bayes
                     if model_kind == "transformer":
                         _put_law_checks(cfg, m, name, loss, wcfg.eval_seed, {"init": initial, "trained": trained})
                 seconds[name] += time.perf_counter() - t0
     m.put("n_symbols", cfg.n_symbols, "count", "symbols V")
-    m.put("seeds", seeds, "seed ids", "training seeds")
+    m.put("seeds", train_seeds, "seed ids", "training seeds")
     m.put("steps", cfg.steps, "steps", "training steps")
     m.put("floor_mae", BijectionTask(cfg.n_symbols).no_context_mae(), "bits", "no-context floor (MAE and KL)")
     _put_summaries(m, mae, kl)
@@ -256,7 +257,7 @@ def verdict(cfg: Config, m: dict[str, Any], crit: list[Criterion]) -> Verdict:
 def summary(cfg: Config, m: dict[str, Any], verdict: Verdict) -> str:
     """The verdict in words, with the ratios, the seeds and every model's numbers."""
     crit = criteria(cfg, m)
-    numbers, seeds = _numbers(m), _per_seed(cfg, m)
+    numbers, by_seed = _numbers(m), _per_seed(cfg, m)
     ratios = (
         f"sigmoid/softmax {m['sigmoid_over_softmax_mae']:.2f}x in entropy MAE and {m['sigmoid_over_softmax_kl']:.2f}x "
         f"in KL (bar {cfg.ratio_tol:g}x)"
@@ -270,20 +271,20 @@ def summary(cfg: Config, m: dict[str, Any], verdict: Verdict) -> str:
         return f"A gate failed ({', '.join(failed)}), so the comparison does not decide; {numbers}."
     if verdict == "REFUTED":
         return (
-            f"{removed.capitalize()} track the exact posterior as well as softmax CE does: {ratios}; {seeds}. With "
+            f"{removed.capitalize()} track the exact posterior as well as softmax CE does: {ratios}; {by_seed}. With "
             f"no softmax anywhere (prefix MLP, sigmoid BCE) the tracking bar is "
             f"{_passes(cfg, m, 'prefix_mlp_sigmoid')}; {numbers}."
         )
     if verdict == "SUPPORTED":
         return (
             f"Softmax CE tracks the posterior and {removed}, averaged over the seeds, do not (MAE "
-            f"{m['sigmoid_mae']:.4f}, KL {m['sigmoid_kl']:.4f}, bar {_bar(cfg, m):.4f} on both): {ratios}; {seeds}; "
+            f"{m['sigmoid_mae']:.4f}, KL {m['sigmoid_kl']:.4f}, bar {_bar(cfg, m):.4f} on both): {ratios}; {by_seed}; "
             f"{numbers}."
         )
     if verdict == "PARTIAL":
         return (
             f"Both track the posterior but {removed} are clearly worse ({ratios}): output normalisation helps but is "
-            f"not necessary; {seeds}; {numbers}."
+            f"not necessary; {by_seed}; {numbers}."
         )
     return f"Neither transformer tracks the posterior at this size: too small to decide; {numbers}."
 
@@ -306,10 +307,10 @@ def _passes(cfg: Config, m: dict[str, Any], name: str) -> str:
 
 def _numbers(m: dict[str, Any]) -> str:
     """Every model's entropy MAE / KL next to the no-context floor, in bits, seed means."""
-    seeds, control = len(m["seeds"]), len(m["token_mlp_mae_per_seed"])
+    n, control = len(m["seeds"]), len(m["token_mlp_mae_per_seed"])
     parts = [f"{LABELS[name]} {m[f'{name}_mae']:.4f} / {m[f'{name}_kl']:.4f}" for name, _, _ in RUNS]
     return (
-        f"entropy MAE / KL in bits (mean of {seeds} seed{'s' if seeds > 1 else ''}), no-context floor "
+        f"entropy MAE / KL in bits (mean of {n} seed{'s' if n > 1 else ''}), no-context floor "
         f"{m['floor_mae']:.4f} for both: " + ", ".join(parts) + f" (the token MLP sees no context, so it is the "
         f"floor by construction; {control} seed{'s' if control > 1 else ''})"
     )
