@@ -39,7 +39,19 @@ from implicit_em.audit.testbeds.attention import Training, capture, train
 from implicit_em.audit.testbeds.measured import Measured
 from implicit_em.windtunnel.tasks import bijection_entropy_without_replacement
 
-__all__ = ["EXPERIMENT", "PARTS", "Config", "criteria", "figures", "measure", "part_state", "run", "summary", "verdict"]
+__all__ = [
+    "EXPERIMENT",
+    "PARTS",
+    "Config",
+    "criteria",
+    "details",
+    "figures",
+    "measure",
+    "part_state",
+    "run",
+    "summary",
+    "verdict",
+]
 
 Array = np.ndarray
 State = Literal["holds", "fails", "undecided"]

@@ -36,7 +36,19 @@ from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds import gradient_em as ge
 from implicit_em.audit.testbeds.measured import Measured
 
-__all__ = ["EXPERIMENT", "Config", "criteria", "figures", "measure", "run", "summary", "verdict"]
+__all__ = [
+    "EXPERIMENT",
+    "Config",
+    "Sweep",
+    "XuJordan",
+    "criteria",
+    "details",
+    "figures",
+    "measure",
+    "run",
+    "summary",
+    "verdict",
+]
 
 F64 = torch.float64
 REVIEW_W = 0.7  # the review's 0.7/0.3 mixture

@@ -26,6 +26,7 @@ __all__ = [
     "em_update",
     "gmm_loglik",
     "gradient_1d",
+    "log_gauss",
     "loss_1d",
     "paths",
     "planted_mixture",

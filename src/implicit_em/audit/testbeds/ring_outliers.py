@@ -22,7 +22,23 @@ import torch
 from implicit_em.distances import squared_euclidean
 from implicit_em.objectives import correntropy, independent_sigmoid_bce, mixture_nll
 
-__all__ = ["Data", "Descent", "Ring", "descend", "describe", "draw", "outliers", "sites", "squared"]
+__all__ = [
+    "Data",
+    "Descent",
+    "Ring",
+    "closed_form_weights",
+    "closed_mass",
+    "descend",
+    "describe",
+    "draw",
+    "fit_all",
+    "gradient_mass",
+    "outlier_gradients",
+    "outliers",
+    "per_point",
+    "sites",
+    "squared",
+]
 
 F64 = torch.float64
 OBJECTIVES = ("lse", "correntropy", "sigmoid")  # the objectives a fit may descend (per_point)
