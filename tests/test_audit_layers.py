@@ -70,3 +70,27 @@ def test_the_layer_check_sees_a_claim_importing_a_claim(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from implicit_em.audit.claims.theorem1 import Config\nfrom implicit_em.audit import stats\n")
     assert {_layer(n) for n in _audit_imports(bad)} - {"core", "testbeds"} == {"claims"}
+
+
+def _functions(path: Path) -> dict[str, int]:
+    tree = ast.parse(path.read_text())
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
+    return {
+        f"{n.name}:{n.lineno}": (n.end_lineno or n.lineno) - n.lineno + 1
+        for n in ast.walk(tree)
+        if isinstance(n, kinds)
+    }
+
+
+@pytest.mark.parametrize("path", _modules("claims"), ids=lambda p: p.stem)
+def test_a_claim_reads_in_a_page_or_so(path: Path) -> None:
+    """At most 450 lines, no function over 60, and the declaration's parts by their names."""
+    assert len(path.read_text().splitlines()) <= 450
+    assert {k: v for k, v in _functions(path).items() if v > 60} == {}
+    names = {k.split(":")[0] for k in _functions(path)}
+    assert {"measure", "criteria", "summary", "run"} <= names
+
+
+@pytest.mark.parametrize("path", _modules("testbeds"), ids=lambda p: p.stem)
+def test_a_testbed_function_fits_on_a_screen(path: Path) -> None:
+    assert {k: v for k, v in _functions(path).items() if v > 60} == {}
