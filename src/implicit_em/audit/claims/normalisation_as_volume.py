@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 import implicit_em.audit.testbeds.volume_arms as va
-from implicit_em.audit import stats
+from implicit_em.audit import seeds, stats
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
@@ -150,10 +150,8 @@ class Seeds:
 
 
 def replicate_seeds(cfg: Config, i: int) -> Seeds:
-    """The earlier derivation, kept: ``seeds.derive`` per stream is prepared but not yet pinned at seeds 0-4 (the
-    claim's page). Replicate i's views (7919 + s + 1) share a stream with replicate i + 1's weight draws."""
-    seed = cfg.seed * cfg.n_seeds + i
-    return Seeds(seed, 7919 + seed, 7919 + seed + 1, 7919 + seed)
+    """Replicate ``i``'s streams, each named (``implicit_em.audit.seeds``)."""
+    return Seeds(*(seeds.derive(cfg.seed, name, i) for name in ("data", "init", "views", "kmeans")))
 
 
 def train_arm(arm: str, data: va.Data, cfg: Config, streams: Seeds) -> Arm:
@@ -180,7 +178,7 @@ def replicate(cfg: Config, streams: Seeds) -> tuple[dict[str, Arm], float]:
     """Every arm on one data set, and the k-means ARI on the inputs themselves (the reference)."""
     data = va.make_data(cfg.n, cfg.n, cfg.dim, cfg.k, cfg.separation, torch.Generator().manual_seed(streams.data))
     arms = {arm: train_arm(arm, data, cfg, streams) for arm in ARMS}
-    return arms, va.kmeans_ari(data.x_test, data.y_test, cfg.k, streams.data)
+    return arms, va.kmeans_ari(data.x_test, data.y_test, cfg.k, streams.kmeans)
 
 
 def _spread(values: list[float]) -> dict[str, float]:
