@@ -33,6 +33,10 @@ def results(command: list[str] | None = None) -> dict[str, Any]:
         "summary": "holds to round-off",
         "seconds": 1.5,
         "metrics": {"max_residual_float64": 2.5e-13, "rows_per_case": 256, "brand_new_metric_key": 3},
+        "metric_info": {  # as the claim declared them; brand_new_metric_key is not declared
+            "max_residual_float64": {"label": "max |∂L/∂d + r|, float64", "unit": "absolute", "note": ""},
+            "rows_per_case": {"label": "rows per case", "unit": "count", "note": ""},
+        },
         "criteria": [criterion("max |∂L/∂d + r| (eps units)", 1.0, "<=", 16.0, True)],
         "figures": ["figures/theorem1.png"],
         "config": {"seed": 0, "rows": 256},

@@ -95,12 +95,12 @@ def _header(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _criteria(name: str, criteria: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _criteria(criteria: list[dict[str, Any]], declared: Any = None) -> list[dict[str, Any]]:
     """Each criterion as "measured ≤ threshold" with whether it held, its metric keys read as words, and its role
     (``test``, ``gate`` or ``identity``; records written before roles existed read as tests)."""
     return [
         {
-            "metric": criterion_label(name, str(c.get("metric", ""))),
+            "metric": criterion_label(str(c.get("metric", "")), declared if isinstance(declared, dict) else None),
             "measured": _fmt(c.get("measured")),
             "comparison": _SYMBOL.get(str(c.get("comparison")), str(c.get("comparison"))),
             "threshold": _fmt(c.get("threshold")),
@@ -111,19 +111,14 @@ def _criteria(name: str, criteria: list[dict[str, Any]]) -> list[dict[str, Any]]
     ]
 
 
-def _metrics(name: str, metrics: dict[str, Any], declared: Any = None) -> list[dict[str, str]]:
-    """Each metric with the label and unit its claim declared (``metric_info`` of the record); a record written
-    before metrics were declared falls back to the label tables."""
-    declared = declared if isinstance(declared, dict) else {}
+def _metrics(metrics: dict[str, Any], declared: Any = None) -> list[dict[str, str]]:
+    """Each metric with the label and unit its claim declared (``metric_info`` of the record); a key the record does
+    not declare (a record written before metrics were declared) shows as words with the unit "—"."""
+    declared = declared if isinstance(declared, dict) else None
     rows = []
     for key, value in metrics.items():
-        spec = declared.get(key)
-        if isinstance(spec, dict) and spec.get("label") and spec.get("unit"):
-            text, unit, note = str(spec["label"]), str(spec["unit"]), str(spec.get("note", ""))
-        else:
-            label = metric_label(name, str(key))
-            text, unit, note = label.text, label.unit, label.note
-        rows.append({"label": text, "unit": unit, "note": note, "key": key, "value": _fmt(value)})
+        label = metric_label(str(key), declared)
+        rows.append({"label": label.text, "unit": label.unit, "note": label.note, "key": key, "value": _fmt(value)})
     return rows
 
 
@@ -195,7 +190,7 @@ def _claim_page(run_dir: Path, name: str) -> tuple[str, str]:
 
 
 def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    every = _criteria(str(e["name"]), e.get("criteria", []))
+    every = _criteria(e.get("criteria", []), e.get("metric_info"))
     criteria = [c for c in every if c["role"] != "identity"]  # what the verdict reads: tests and gates
     return {
         "name": e["name"],
@@ -210,7 +205,7 @@ def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> di
         "identities": [c for c in every if c["role"] == "identity"],
         "passed": sum(c["passed"] for c in criteria),
         "gates_failed": [c["metric"] for c in criteria if c["role"] == "gate" and not c["passed"]],
-        "metrics": _metrics(e["name"], e.get("metrics", {}), e.get("metric_info")),
+        "metrics": _metrics(e.get("metrics", {}), e.get("metric_info")),
         "thresholds": [(k, _fmt(v)) for k, v in e.get("thresholds", {}).items()],  # before criteria existed
         "config": [(k, _fmt(v)) for k, v in e.get("config", {}).items()],
         "run_line": _run_line(e, results),

@@ -1,29 +1,27 @@
-"""Human labels and units for metric keys, and captions for figures (the tables are in :mod:`._label_table`).
+"""How the report shows a metric and a criterion: the label and unit the claim declared where it measured it
+(``metric_info`` of the record, :mod:`implicit_em.audit.metrics`), never a guess from the key; and the captions of
+figures.
 
-:func:`metric_label` never shows a raw snake_case key: a key the tables do not cover falls back to readable words
-(``rows_per_case`` -> "rows per case") with the unit "—", and :func:`is_explicit` says whether the tables covered
-it, which the tests check for every key the experiments produce.
+A record written before metrics were declared, or a key its claim did not declare, shows the key as words
+(``rows_per_case`` -> "rows per case") with the unit "—" and ``explicit=False``.
 """
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
-from implicit_em.report._label_table import EXACT, PHRASES, UNITS
+__all__ = ["Label", "criterion_label", "figure_caption", "metric_label", "readable"]
 
-__all__ = ["Label", "criterion_label", "figure_caption", "is_explicit", "metric_label"]
-
-_UNIT_IN_KEY = re.compile(r"\s*\(([^()]*\b(?:units|nats/sample|nats|bits|data std)[^()]*)\)\s*$")
-_UNITS_OF = re.compile(r"\b(units of [^(),;:]+?)\)|\((rad)\b")  # "(units of σ)", "(rad, median ...)"
-_IDENT = re.compile(r"(?<![\w$])[A-Za-z0-9]+(?:_[A-Za-z0-9]+)+(?![\w$])")  # an identifier inside prose
 _SYMBOL = re.compile(r"[A-Za-z]_[A-Za-z0-9]{1,2}")  # W_Q, e_y: a letter with a short subscript
-_PROSE = re.compile(r"[\s'’()|/:,·−–]|[^\x00-\x7f]")  # a key written as words, not as an identifier
+_IDENT = re.compile(r"(?<![\w$.])[A-Za-z0-9]+(?:_[A-Za-z0-9]+)+(?![\w$(=])")  # an identifier inside prose
 
 
 @dataclass(frozen=True)
 class Label:
     """How the report shows a metric: its words (may hold ``$..$`` math), its unit, a note; ``explicit`` is False
-    when only the fallback produced it."""
+    when the claim did not declare it."""
 
     text: str
     unit: str
@@ -31,84 +29,38 @@ class Label:
     explicit: bool = True
 
 
-def _unit(experiment: str, key: str) -> str | None:
-    for rules in (UNITS.get(experiment, []), UNITS["*"]):
-        for pattern, unit in rules:
-            if re.search(pattern, key):
-                return unit
-    return None
-
-
-def _words(experiment: str, key: str) -> tuple[str, bool]:
-    """``key``'s snake_case words through the phrase tables, longest phrase first; and whether all were known."""
-    table = {**PHRASES["*"], **PHRASES.get(experiment, {})}
-    tokens, out, known = key.split("_"), [], True
-    i = 0
-    while i < len(tokens):
-        for j in range(len(tokens), i, -1):
-            phrase = "_".join(tokens[i:j])
-            if phrase in table:
-                out.append(table[phrase])
-                i = j
-                break
-        else:
-            out.append(tokens[i])
-            known = known and tokens[i].isdigit()  # a bare number ("window_8") reads as itself
-            i += 1
-    return " ".join(w for w in out if w), known
-
-
 def readable(key: str) -> str:
-    """The fallback: an identifier as words (``rows_per_case`` -> "rows per case", ``wallS`` -> "wall S")."""
+    """A key as words (``rows_per_case`` -> "rows per case", ``wallS`` -> "wall S")."""
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key.replace("_", " "))
     return re.sub(r"\s+", " ", spaced).strip() or key
 
 
-def metric_label(experiment: str, key: str) -> Label:
-    """The label of metric ``key`` of ``experiment``: exact entry, else prose key or phrase words with a unit rule,
-    else the readable fallback (``explicit=False``)."""
-    if (experiment, key) in EXACT:
-        text, exact_unit, note = EXACT[(experiment, key)]
-        return Label(text, exact_unit, note)
-    unit: str | None = _unit(experiment, key)
-    if _PROSE.search(key):
-        m = _UNIT_IN_KEY.search(key)
-        text = _IDENT.sub(lambda i: _words(experiment, i.group(0))[0], key[: m.start()] if m else key)
-        of = _UNITS_OF.search(key)
-        unit = (of.group(1) or of.group(2)) if of else unit or (m.group(1) if m else None)
-        return Label(text, unit or "—", explicit=unit is not None)
-    text, known = _words(experiment, key)
-    if known and unit is not None:
-        return Label(text, unit)
-    return Label(readable(key), unit or "—", explicit=False)
+def metric_label(key: str, declared: Mapping[str, Any] | None = None) -> Label:
+    """The label of metric ``key`` as its claim declared it in ``declared`` (a record's ``metric_info``)."""
+    spec = (declared or {}).get(key)
+    if isinstance(spec, Mapping) and spec.get("label") and spec.get("unit"):
+        return Label(str(spec["label"]), str(spec["unit"]), str(spec.get("note") or ""))
+    return Label(readable(key), "—", explicit=False)
 
 
-def criterion_label(experiment: str, text: str) -> str:
-    """A criterion's text (written by the experiment, often naming a metric key: "bijection: softmax_kl (tracks
-    the posterior)") with every snake_case identifier in it read through the phrase tables, or as plain words
-    when they do not cover it; ``$..$`` math is left for the math filter. A whole-key criterion is labelled like
-    the metric it names."""
-    if (experiment, text) in EXACT or not _PROSE.search(text):
-        return metric_label(experiment, text).text
+def criterion_label(text: str, declared: Mapping[str, Any] | None = None) -> str:
+    """A criterion's text (written by the claim, often naming a metric key): a whole declared key reads as its
+    label; an identifier inside prose as its declared label, else as words; ``$..$`` math is left as it is."""
+    declared = declared or {}
+    if text in declared:
+        return metric_label(text, declared).text
 
     def words(match: re.Match[str]) -> str:
-        ident, before, after = match.group(0), text[: match.start()], text[match.end() :]
-        if before.endswith(".") or after.startswith(("(", "=")):  # code (F.cross_entropy(..., label_smoothing=ε))
-            return ident
+        ident = match.group(0)
+        if ident in declared:
+            return metric_label(ident, declared).text
         if _SYMBOL.fullmatch(ident):  # a subscripted symbol: W_Q, e_y
             base, sub = ident.split("_")
             return f"${base}_{{{sub}}}$"
-        phrase, known = _words(experiment, ident)
-        return phrase if known else readable(ident)
+        return readable(ident)
 
     parts = re.split(r"(\$[^$]*\$)", text)  # odd parts are math: untouched
-    out = "".join(part if i % 2 else _IDENT.sub(words, part) for i, part in enumerate(parts))
-    return out.replace("::", ":")  # a phrase ending in ":" ("wind tunnel:") before the text's own colon
-
-
-def is_explicit(experiment: str, key: str) -> bool:
-    """Whether the label tables cover ``key`` of ``experiment`` (words and unit), not only the fallback."""
-    return metric_label(experiment, key).explicit
+    return "".join(part if i % 2 else _IDENT.sub(words, part) for i, part in enumerate(parts))
 
 
 _CAPTIONS: dict[str, str] = {

@@ -24,8 +24,7 @@ when B or D is within 2× of A with it, else *between*. REFUTED if a deciding ta
 every one reads necessary, else PARTIAL; a failed gate gives UNDECIDED. Controls: the random init (identical for
 every arm), extra random inits, the other-window-label model. Identities (reported): the surgery's gradients
 against autograd (float64), arm B's query/key weights unchanged, planted read-out models and the Bayes filter.
-Reported, not deciding: the companion's one-head setting, which cannot represent the filter. Pilots, earlier
-rules and their outcomes: docs/claims/advantage_ablation.md.
+Reported, not deciding: the companion's one-head setting (it cannot represent the filter). History: the page.
 """
 
 import dataclasses
@@ -43,7 +42,8 @@ from implicit_em.audit.testbeds.ablation_metrics import describe, manifold_line
 from implicit_em.audit.testbeds.manifold import random_mean_cos2
 from implicit_em.windtunnel.sticky import StickyTestbed
 
-__all__ = ["EXPERIMENT", "Config", "criteria", "figures", "measure", "run", "summary", "verdict"]
+__all__ = ["EXPERIMENT", "Config", "ManifoldSettings", "Rule", "StickySettings", "criteria", "figures", "measure",
+           "run", "summary", "verdict"]  # fmt: skip
 
 TASKS = ("bijection", "sticky")  # the deciding tasks; "onehead" (the companion's literal head) is reported
 ONEHEAD = "onehead"
