@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from _scripts import benchmark_script
-from implicit_em.audit import EXPERIMENTS, _provenance
+from implicit_em.audit import EXPERIMENTS
+from implicit_em.audit import provenance as _provenance
 
 # three experiments with few source files keep the test quick (hashing all eighteen takes ~10 s on a loaded core)
 _SOME = [e for e in EXPERIMENTS if e.name in ("theorem1", "cross_entropy_regime", "foundations")]
@@ -37,6 +38,7 @@ def _current() -> dict[str, Any]:
             "config_hash": _provenance.config_hash(cfg),
             "code_files": code,
             "code_hash": _provenance.code_hash(code),
+            "code_hash_scheme": _provenance.HASH_SCHEME,
             "commit": "0" * 40,
             "dirty": False,
             "versions": {"torch": "an older one"},

@@ -19,8 +19,8 @@ from implicit_em.audit import (
     gated,
     identity,
     select,
-    theorem1,
 )
+from implicit_em.audit.claims import theorem1
 from implicit_em.audit.provenance import code_files, config_dict, config_hash
 
 

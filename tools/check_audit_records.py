@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from implicit_em.audit import EXPERIMENTS, Experiment, _provenance
+from implicit_em.audit import EXPERIMENTS, Experiment
+from implicit_em.audit import provenance as _provenance
 from implicit_em.audit.runner import _stale
 
 
