@@ -37,7 +37,6 @@ import implicit_em.audit.testbeds.mixture_ends as ends
 import implicit_em.audit.testbeds.mixture_paths as paths
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated, identity
 from implicit_em.audit.metrics import Metrics
-from implicit_em.audit.seeds import derive
 from implicit_em.mixture._data import DataSource
 
 __all__ = ["EXPERIMENT", "Certificate", "Config", "Practical", "Prior", "Setting", "criteria", "figures", "measure"]
@@ -178,11 +177,13 @@ def _put(m: Metrics, key: str, value: Any, unit: str) -> None:
 
 def _data(cfg: Config) -> tuple[np.ndarray, np.ndarray, list[Any]]:
     """Training rows (N, D), held-out rows (N/2, D) and the starts."""
+    # the earlier seed derivation, kept (seed, seed + 1, seed + 2 here; 1000 (seed + 3) + 10 s for the mini-batch
+    # orders): the move to audit.seeds.derive is written but not yet pinned at seeds 0-4 (its page says so)
     s = cfg.setting
-    truth = paths.truth(s.k, s.d, derive(cfg.seed, "truth"))
-    rng = np.random.RandomState(derive(cfg.seed, "data"))  # training rows, then the held-out rows
+    truth = paths.truth(s.k, s.d, cfg.seed)
+    rng = np.random.RandomState(cfg.seed + 1)
     x, x_test = paths.draw(*truth, s.n, rng), paths.draw(*truth, s.n // 2, rng)
-    start_rng = np.random.RandomState(derive(cfg.seed, "starts"))
+    start_rng = np.random.RandomState(cfg.seed + 2)
     return x, x_test, [paths.make_start(x, s.k, start_rng, s.starts) for _ in range(s.n_starts)]
 
 
@@ -195,8 +196,8 @@ def _problem(x: np.ndarray, cfg: Config) -> ends.Problem:
 def _one_start(cfg: Config, data: Any, test: Any, pr: ends.Problem, start: Any, s: int, std: float) -> dict[str, Any]:
     """Every arm from start ``s``: the practical arm, the certified ends, where Adam stopped and where L-BFGS goes
     from there, and the identities along EM's and gd's paths (``std``: the data's, the unit of means distances)."""
-    order = (derive(cfg.seed, "mini-batch order", s, 0), derive(cfg.seed, "mini-batch order", s, 1))
-    r = paths.practical_arms(data, test, start, pr.shift, pr.scale, std, cfg.practical, order)
+    order = 1000 * (cfg.seed + 3) + 10 * s  # mini-batch orders, distinct per start and arm
+    r = paths.practical_arms(data, test, start, pr.shift, pr.scale, std, cfg.practical, (order, order + 1))
     r.update(ends.certified_ends(data, start, pr, cfg.certificate, std))
     theta_a = ends.pack(r["gd_end"], pr)  # where Adam stopped: ‖∇‖ of the likelihood it was given, curvature
     adam = ends.lbfgs_from(theta_a, pr, cfg.certificate, r["end_em"], r["curv_em"], r["ll_ends"][1])
