@@ -21,6 +21,7 @@ from implicit_em.audit import (
     select,
 )
 from implicit_em.audit.claims import theorem1
+from implicit_em.audit.core import roles
 from implicit_em.audit.provenance import code_files, config_dict, config_hash
 
 
@@ -75,9 +76,25 @@ def test_a_failed_gate_makes_any_verdict_undecided_and_a_held_one_leaves_it() ->
 def test_a_failed_identity_is_a_bug_not_a_verdict() -> None:
     holds, broken = identity("sum of r", 1e-17, "<=", 1e-12), identity("sum of grads", 0.3, "<=", 1e-12)
     assert holds.role == "identity" and holds.passed and not broken.passed
-    assert gated("SUPPORTED", [holds]) == "SUPPORTED"
+    assert gated("VERIFIED", [holds]) == "VERIFIED"
     with pytest.raises(AssertionError, match="sum of grads"):
-        gated("SUPPORTED", [holds, broken])
+        gated("VERIFIED", [holds, broken])
+
+
+def test_evidence_comes_from_tests_only() -> None:
+    """SUPPORTED, PARTIAL and REFUTED rest on at least one test; identities and gates alone give VERIFIED (or
+    UNDECIDED when a gate failed); VERIFIED with a test among the criteria says less than the rule measured."""
+    law, power = identity("law residual", 1e-16, "<=", 1e-12), gate("planted error caught", 5.0, ">", 1.0)
+    for verdict in ("SUPPORTED", "PARTIAL", "REFUTED"):
+        with pytest.raises(ValueError, match="VERIFIED"):
+            gated(verdict, [law, power])  # type: ignore[arg-type]
+        assert gated(verdict, [law, power, criterion("learns", 0.9, ">=", 0.5)]) == verdict  # type: ignore[arg-type]
+    assert gated("VERIFIED", [law, power]) == "VERIFIED"
+    assert gated("VERIFIED", [law, gate("planted error caught", 0.5, ">", 1.0)]) == "UNDECIDED"
+    with pytest.raises(ValueError, match="1 of these criteria are tests"):
+        gated("VERIFIED", [law, criterion("learns", 0.9, ">=", 0.5)])
+    counts = roles([law, power, criterion("learns", 0.9, ">=", 0.5)])
+    assert counts == {"test": 1, "gate": 1, "identity": 1}
 
 
 def test_criterion_rejects_an_unknown_role() -> None:

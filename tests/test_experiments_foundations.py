@@ -89,7 +89,7 @@ def test_judge_takes_the_worst_draw_for_laws_and_the_best_for_controls() -> None
     law = fd._judge(ids.Measure("law", 1.0, 16.0, "law"), [1.0, 20.0])
     control = fd._judge(ids.Measure("ctl", 100.0, 16.0, "control"), [100.0, 10.0])
     assert law.measured == 20.0 and not law.passed and law.role == "identity"
-    assert control.measured == 10.0 and not control.passed and control.role == "test"  # not caught in draw 2
+    assert control.measured == 10.0 and not control.passed and control.role == "gate"  # not caught in draw 2
 
 
 # --- the experiment -------------------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def test_quick_run_every_identity_holds_and_every_control_is_caught(tmp_path: Pa
     assert len(controls) == 9 and all(c.measured > 1e6 * c.threshold for c in controls)
     laws = [c for c in res.criteria if ": control," not in c.metric]
     assert all(c.passed and c.role == "identity" for c in laws)
-    assert res.verdict == "SUPPORTED"
+    assert res.verdict == "VERIFIED"
     assert len(res.figures) == 1 and (tmp_path / res.figures[0]).stat().st_size > 1000
 
 
@@ -136,16 +136,17 @@ def test_a_planted_smoothing_error_breaks_the_label_smoothing_identity(
 
 
 def test_the_laws_are_identities_and_the_controls_are_tests(tmp_path: Path) -> None:
-    """Every law check is recorded with role "identity" (reported, not counted); the planted-error controls are the
-    only tests; the verdict is SUPPORTED and the summary says it is a verification, not evidence from data."""
+    """Every law check is recorded with role "identity" (reported, not counted); the planted-error controls are
+    gates (the checks could fail); nothing is a test, the verdict is VERIFIED and the summary says it is a
+    verification, not evidence from data."""
     res = fd.run(SMALL, Context(tmp_path))
     roles = {c.metric: c.role for c in res.criteria}
     controls = [m for m in roles if ": control," in m]
-    assert controls and all(roles[m] == "test" for m in controls)
+    assert controls and all(roles[m] == "gate" for m in controls)
     laws = [m for m in roles if m not in controls]
     assert len(laws) == 13 and all(roles[m] == "identity" for m in laws)
     assert {m.split(": ", 1)[0] for m in laws} == set(fd.IDENTITIES)
-    assert res.verdict == "SUPPORTED" and res.summary.startswith("Verified, not tested on data")
+    assert res.verdict == "VERIFIED" and res.summary.startswith("Verified, not tested on data")
 
 
 def test_a_check_that_cannot_fail_gives_no_verdict(tmp_path: Path) -> None:

@@ -80,8 +80,9 @@ def test_the_contents_link_every_experiment_with_its_verdict_and_criteria_met(tm
     ids = {a["id"] for _, a in page.elements if "id" in a}
     links = [a["href"] for t, a in page.elements if t == "a" and a.get("href", "").startswith("#exp-")]
     assert links == ["#exp-theorem1", "#exp-open_set"] and {h[1:] for h in links} <= ids
-    toc = [r for r in page.rows if len(r) == 5 and r[0] in ("1", "2")]
+    toc = [r for r in page.rows if len(r) == 8 and r[0] in ("1", "2")]
     assert [(r[2], r[3]) for r in toc] == [("SUPPORTED", "1 / 1"), ("REFUTED", "1 / 2")]
+    assert [tuple(r[4:7]) for r in toc] == [("1", "0", "0"), ("2", "0", "0")]  # tests, gates, identities
 
 
 def test_each_criterion_reads_measured_comparison_threshold_and_a_mark(tmp_path: Path) -> None:
@@ -177,8 +178,9 @@ def test_an_undecided_verdict_names_its_failed_gate_and_identities_are_not_count
     ]
     page = _parse(render(res, tmp_path / "run"))
     text = "".join(page.text)
-    toc = [r for r in page.rows if len(r) == 5 and r[0] == "2"]
+    toc = [r for r in page.rows if len(r) == 8 and r[0] == "2"]
     assert [(r[2], r[3]) for r in toc] == [("UNDECIDED", "1 / 2")]  # the identity is not a check
+    assert tuple(toc[0][4:7]) == ("1", "1", "1")  # but it is counted as an identity
     assert "Undecided: the gate “arm A tracks” did not hold" in text
     assert ["gate arm A tracks", "0.3", "≤", "0.1", "✗"] in page.rows
     assert ["Σ r = 1", "1e-17", "≤", "1e-12", "✓"] in page.rows

@@ -29,8 +29,8 @@ from implicit_em.audit import DECISIVE, EXPERIMENTS, run_audit
 
 def seed_table(runs: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per experiment: its verdict at each seed, and ``stability``: ``"stable"`` when every seed gave the
-    same decisive verdict (SUPPORTED, PARTIAL or REFUTED), ``"flips"`` when two seeds give different decisive
-    verdicts (whatever the others gave), ``"undecided"`` when otherwise any seed's testbed could not decide
+    same decisive verdict (SUPPORTED, PARTIAL or REFUTED) or VERIFIED, ``"flips"`` when two seeds give different
+    decisive verdicts (whatever the others gave), ``"undecided"`` when otherwise any seed's testbed could not decide
     (UNDECIDED: there is no verdict to be stable), ``"incomplete"`` when a seed did not run it or raised,
     ``"flips"`` otherwise. ``stable`` is True only for the first."""
     rows = []
@@ -39,11 +39,13 @@ def seed_table(runs: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
         values = set(verdicts.values())
         if "missing" in values or "ERROR" in values:
             stability = "incomplete"
-        elif len(values & set(DECISIVE)) > 1:  # two decisive verdicts disagree: a flip, undecided seeds or not
+        elif (
+            len(values & {*DECISIVE, "VERIFIED"}) > 1
+        ):  # two decisive verdicts disagree: a flip, undecided seeds or not
             stability = "flips"
         elif "UNDECIDED" in values:
             stability = "undecided"
-        elif len(values) == 1 and values <= set(DECISIVE):
+        elif len(values) == 1 and values <= {*DECISIVE, "VERIFIED"}:
             stability = "stable"
         else:
             stability = "flips"

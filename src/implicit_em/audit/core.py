@@ -9,14 +9,19 @@ comparison, threshold, measured, passed) made by :func:`criterion`, and is one o
 - ``SUPPORTED``: the numbers meet the claim as written;
 - ``PARTIAL``: a weaker reading holds, the claim as written does not (the summary says which is which);
 - ``REFUTED``: the numbers contradict the claim as written;
+- ``VERIFIED``: what the claim states is algebra (a derivative, an identity between two formulas), checked in
+  finite precision on correct code; it could not have come out the other way, so it is verified, not tested on
+  data. Only a rule whose criteria are all identities and gates gives it, and such a rule gives nothing else;
 - ``UNDECIDED``: the testbed could not decide: a *gate* failed (the deciding arm does not track the posterior, or
-  has not plateaued), so no reading of the claim, weak or strong, is made. It is not PARTIAL: PARTIAL says a weaker
-  reading holds, UNDECIDED says nothing about the claim, only about the setting.
+  has not plateaued; for an identity, a control showing that the check could fail), so no reading of the claim,
+  weak or strong, is made. It is not PARTIAL: PARTIAL says a weaker reading holds, UNDECIDED says nothing about the
+  claim, only about the setting.
 
 Each criterion has a ``role``: ``"test"`` (it reads the claim, or a control that could make the reading fail),
-``"gate"`` (the testbed can decide: tracking, plateau; a failed gate makes the verdict UNDECIDED, see
-:func:`gated`), or ``"identity"`` (an analytic check that cannot fail on correct code, such as softmax gradients
-summing to zero: reported and checked, but not counted as empirical support; made by :func:`identity`).
+``"gate"`` (the testbed can decide: tracking, plateau, a planted error the check catches; a failed gate makes the
+verdict UNDECIDED, see :func:`gated`), or ``"identity"`` (an analytic check that cannot fail on correct code, such
+as softmax gradients summing to zero: reported and checked, never counted as evidence; made by :func:`identity`).
+SUPPORTED, PARTIAL and REFUTED rest on at least one test; :func:`gated` refuses them otherwise.
 
 An experiment that raises is recorded as ``ERROR`` with its traceback, never as a verdict.
 """
@@ -52,10 +57,11 @@ __all__ = [
     "gate",
     "gated",
     "identity",
+    "roles",
 ]
 
-Verdict = Literal["SUPPORTED", "PARTIAL", "REFUTED", "UNDECIDED", "ERROR"]
-VERDICTS: tuple[Verdict, ...] = ("SUPPORTED", "PARTIAL", "REFUTED", "UNDECIDED", "ERROR")
+Verdict = Literal["SUPPORTED", "PARTIAL", "REFUTED", "VERIFIED", "UNDECIDED", "ERROR"]
+VERDICTS: tuple[Verdict, ...] = ("SUPPORTED", "PARTIAL", "REFUTED", "VERIFIED", "UNDECIDED", "ERROR")
 DECISIVE: tuple[Verdict, ...] = ("SUPPORTED", "PARTIAL", "REFUTED")  # the verdicts that say something of the claim
 
 Role = Literal["test", "gate", "identity"]
@@ -132,14 +138,26 @@ def gated(verdict: Verdict, criteria: list[Criterion]) -> Verdict:
     """``verdict`` if every gate among ``criteria`` held, else ``UNDECIDED``.
 
     A failed identity is a bug, not a finding, and raises :class:`AssertionError` naming it, so a broken analytic
-    check can never pass as a verdict. ``ERROR`` passes through unchanged.
+    check can never pass as a verdict. Evidence is counted only from tests: SUPPORTED, PARTIAL or REFUTED with no
+    test among ``criteria``, or VERIFIED with one, raises :class:`ValueError` (a rule that says more than its
+    criteria can). ``ERROR`` passes through unchanged.
     """
     broken = [c.metric for c in criteria if c.role == "identity" and not c.passed]
     if broken:
         raise AssertionError(f"analytic identities failed (a bug, not a finding): {', '.join(broken)}")
     if verdict == "ERROR":
         return verdict
+    tests = sum(c.role == "test" for c in criteria)
+    if verdict in DECISIVE and not tests:
+        raise ValueError(f"{verdict} rests on tests, and these criteria are all identities and gates: VERIFIED")
+    if verdict == "VERIFIED" and tests:
+        raise ValueError(f"VERIFIED is for identities only, and {tests} of these criteria are tests")
     return verdict if all(c.passed for c in criteria if c.role == "gate") else "UNDECIDED"
+
+
+def roles(criteria: list[Criterion]) -> dict[str, int]:
+    """How many of ``criteria`` are tests, gates and identities: what a verdict rests on, at a glance."""
+    return {role: sum(c.role == role for c in criteria) for role in ROLES}
 
 
 @dataclass(frozen=True)

@@ -204,6 +204,8 @@ def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> di
         "criteria": criteria,
         "identities": [c for c in every if c["role"] == "identity"],
         "passed": sum(c["passed"] for c in criteria),
+        "tests": sum(c["role"] == "test" for c in criteria),
+        "gates": sum(c["role"] == "gate" for c in criteria),
         "gates_failed": [c["metric"] for c in criteria if c["role"] == "gate" and not c["passed"]],
         "metrics": _metrics(e.get("metrics", {}), e.get("metric_info")),
         "thresholds": [(k, _fmt(v)) for k, v in e.get("thresholds", {}).items()],  # before criteria existed

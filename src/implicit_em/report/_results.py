@@ -7,7 +7,7 @@ rely on, and is lenient about keys older runs did not write:
 
 - the top level is an object with ``experiments``, an object of records; ``size`` (a string), ``seed`` (an
   integer), ``provenance`` and ``environment`` (objects) when present;
-- a record is an object with ``name`` and ``verdict`` (SUPPORTED, PARTIAL, REFUTED, UNDECIDED or ERROR), and,
+- a record is an object with ``name`` and ``verdict`` (SUPPORTED, PARTIAL, REFUTED, VERIFIED, UNDECIDED or ERROR), and,
   when present, strings for its texts, a number for ``seconds``, objects for ``metrics``, ``thresholds``, ``config``,
   ``code_files`` and ``versions``, a list of objects for ``criteria`` and a list of strings for ``figures``.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["VERDICTS", "ResultsError", "check_results", "read_results"]
 
-VERDICTS = ("SUPPORTED", "PARTIAL", "REFUTED", "UNDECIDED", "ERROR")
+VERDICTS = ("SUPPORTED", "PARTIAL", "REFUTED", "VERIFIED", "UNDECIDED", "ERROR")
 
 _TEXT = ("title", "claim", "source", "summary", "details")
 _OBJECTS = ("metrics", "thresholds", "config", "code_files")

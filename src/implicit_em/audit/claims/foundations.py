@@ -19,11 +19,11 @@ are in round-off units (eps times the size of what was rounded; 16 units is roun
 relative to a solve or a log-density (1e-10: eps·1e4 ≈ 2e-12).
 
 Every law check is an identity (reported, not counted; a failure is a bug and raises: ERROR). Every control is a
-test: a planted error the same check must catch in every draw (no log K, the wrong temperature; b's sign flipped,
+gate: a planted error the same check must catch in every draw (no log K, the wrong temperature; b's sign flipped,
 w = λ⁻¹v, another covariance's axes; uniform weights, the values read as the gradient; the hard-label law, the mass
-on the wrong classes); one not caught makes the run raise (the check could not fail). So SUPPORTED, here meaning
-*verified* (the formulas hold in the library to round-off and each check could have failed), is the only verdict;
-it is not empirical evidence. History: docs/claims/foundations.md.
+on the wrong classes); one not caught makes the run raise (the check could not fail). So VERIFIED (the formulas hold
+in the library to round-off and each check could have failed) is the only verdict; it is not empirical evidence.
+History: docs/claims/foundations.md.
 """
 
 import dataclasses
@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 from implicit_em.audit import seeds
-from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated, identity
+from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, gate, gated, identity
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds.identities import CHECKS, Measure
 from implicit_em.audit.testbeds.measured import Measured
@@ -102,9 +102,9 @@ def _draws(cfg: Config, name: str) -> list[list[Measure]]:
 
 def _judge(check: Measure, series: list[float]) -> Criterion:
     """A law check's worst draw (max) must stay within its threshold (an identity); a control's best draw (min) must
-    exceed it, so it is caught in every draw (a test)."""
+    exceed it, so it is caught in every draw (a gate: the check could fail)."""
     if check.role == "control":
-        return criterion(check.name, min(series), ">", check.threshold)
+        return gate(check.name, min(series), ">", check.threshold)
     return identity(check.name, max(series), "<=", check.threshold)
 
 
@@ -127,7 +127,7 @@ def measure(cfg: Config, ctx: Context) -> Measured:
 
 
 def criteria(cfg: Config, m: Measured) -> list[Criterion]:
-    """Per identity its law checks (identities) then its planted-error controls (tests), named ``identity: check``."""
+    """Per identity its law checks (identities) then its planted-error controls (gates), named ``identity: check``."""
     out = []
     for name in IDENTITIES:
         values = m[f"{name}: per draw"]
@@ -137,16 +137,16 @@ def criteria(cfg: Config, m: Measured) -> list[Criterion]:
 
 
 def verdict(cfg: Config, m: Measured, crits: list[Criterion]) -> Verdict:
-    """SUPPORTED (verified); raises if a planted error was not caught in every draw (the check could not fail) or,
+    """VERIFIED; raises if a planted error was not caught in every draw (the check could not fail) or,
     through :func:`gated`, if an identity failed (a bug)."""
     for name in IDENTITIES:
-        broken = [c for c in crits if c.role == "test" and c.metric.startswith(f"{name}: ") and not c.passed]
+        broken = [c for c in crits if c.role == "gate" and c.metric.startswith(f"{name}: ") and not c.passed]
         if broken:
             raise RuntimeError(
                 f"{name}: a planted error passed the check, so the check cannot fail and gives no verdict: "
                 + "; ".join(f"{c.metric} = {c.measured:.3g} (must be > {c.threshold:g})" for c in broken)
             )
-    return gated("SUPPORTED", crits)
+    return gated("VERIFIED", crits)
 
 
 def summary(cfg: Config, m: Measured, outcome: Verdict) -> str:
@@ -154,13 +154,13 @@ def summary(cfg: Config, m: Measured, outcome: Verdict) -> str:
     failed = [n for n in IDENTITIES if n not in held]
     return (
         "Verified, not tested on data: every law check is an identity (reported, not counted as evidence) and the "
-        "only tests are the planted-error controls, which measure the checks' power; "
+        "planted-error controls are gates, which measure the checks' power; "
         f"{len(held)} of 4 identities hold to round-off in float64 over {cfg.draws} draws of random cases"
         + (f" ({', '.join(held)})" if held else "")
         + (f"; not: {', '.join(failed)}" if failed else "")
         + ". Every planted error (no log K, wrong temperature; wrong bias sign, wrong power of λ, non-principal axes; "
         "uniform weights, values ≠ keys; the hard-label law, mass on the wrong classes) is caught in every draw, so "
-        "each check could have failed. SUPPORTED is the only verdict this experiment can give (a failed identity "
+        "each check could have failed. VERIFIED is the only verdict this experiment can give (a failed identity "
         "raises): it records a verification of the paper's mathematics in the library, not empirical support."
     )
 
