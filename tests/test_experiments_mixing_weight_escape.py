@@ -15,7 +15,7 @@ from torch import Tensor
 from implicit_em.audit import EXPERIMENTS, Context, Result, criterion
 from implicit_em.audit.claims import mixing_weight_escape as mwe
 from implicit_em.audit.claims.mixing_weight_escape import EXPERIMENT, Config, Escape
-from implicit_em.audit.core import torch_threads
+from implicit_em.audit.core import Role, torch_threads
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.testbeds import escape as esc
 
@@ -176,22 +176,40 @@ def test_growth_and_flatness_read_censored_runs_as_missing() -> None:
     assert mwe.spread([3, None, 5]) == {"median": 4.0, "min": 3, "max": 5, "censored": 1}
 
 
+# the falsifier (test), the Xu–Jordan structure (identity), flatness and EM's escape (gates), the library's EM step
+# and gradient (identities), the grid's reach (gate)
+ROLES: tuple[Role, ...] = ("test", "identity", "gate", "gate", "identity", "identity", "gate")
+
+
 @pytest.mark.parametrize(
     ("passed", "censored", "verdict"),
     [
         ((True, True, True, True, True, True, True), 0, "PARTIAL"),
         ((False, True, True, True, True, True, True), 0, "SUPPORTED"),
         ((False, True, True, True, True, True, True), 3, "PARTIAL"),
-        ((True, False, True, True, True, True, True), 0, "REFUTED"),
-        ((True, True, False, True, True, True, True), 0, "ERROR"),
-        ((False, False, True, True, True, True, False), 0, "ERROR"),
+        ((True, True, False, True, True, True, True), 0, "UNDECIDED"),
+        ((False, True, True, False, True, True, True), 0, "UNDECIDED"),
+        ((False, True, True, True, True, True, False), 0, "UNDECIDED"),
     ],
 )
 def test_verdict_rule(passed: tuple[bool, ...], censored: int, verdict: str) -> None:
-    criteria = [criterion(f"c{i}", 1.0 if p else 0.0, ">", 0.5) for i, p in enumerate(passed)]
+    criteria = [
+        criterion(f"c{i}", 1.0 if p else 0.0, ">", 0.5, role=r)
+        for i, (p, r) in enumerate(zip(passed, ROLES, strict=True))
+    ]
     m = Metrics()
     m[mwe.CENSORED] = censored
     assert mwe.verdict(Config(), m, criteria) == verdict
+
+
+@pytest.mark.parametrize("broken", [1, 4, 5])
+def test_a_failed_identity_is_a_bug_not_a_verdict(broken: int) -> None:
+    """The old REFUTED (the Xu–Jordan step misses EM) and the old ERROR of a library check are now bugs: they raise."""
+    criteria = [criterion(f"c{i}", 0.0 if i == broken else 1.0, ">", 0.5, role=r) for i, r in enumerate(ROLES)]
+    m = Metrics()
+    m[mwe.CENSORED] = 0
+    with pytest.raises(AssertionError, match=f"c{broken}"):
+        mwe.verdict(Config(), m, criteria)
 
 
 # --- the experiment -----------------------------------------------------------------------------------------------
@@ -229,8 +247,10 @@ def test_quick_run_controls_and_structure_hold(result: tuple[Result, Path]) -> N
     eq = m["EM-equivalent step for the small logit at the start per w0 (median over seeds)"]
     assert all(5 < eq[i + 1] / eq[i] < 15 for i in range(len(eq) - 1))
     # the first design's measure and verdict are described on the claim's page, not computed
-    assert not any("first design" in k for k in m) and m.undeclared() == []
+    assert isinstance(m, Metrics) and not any("first design" in k for k in m) and m.undeclared() == []
     assert [c.threshold for c in res.criteria] == [10.0, 1e-10, 2.0, 1.0, 1e-10, 1e-10, 1.0]
+    assert tuple(c.role for c in res.criteria) == ROLES  # one test: the falsifier decides, the rest is setting
+    assert all(c.passed for c in res.criteria) and res.verdict == "PARTIAL"
     assert len(res.figures) == 1 and (run_dir / res.figures[0]).stat().st_size > 1000
 
 
@@ -252,9 +272,24 @@ def test_planted_no_divergence_gd_preconditioned_like_em(tmp_path: Path, monkeyp
     assert res.metrics["GD runs censored (seed, w0)"] == 0 and res.verdict == "SUPPORTED"
 
 
-def test_planted_broken_control_gives_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """If the control arm were plain GD its ratio to EM would grow and the run must not be read."""
+def test_planted_broken_control_leaves_the_claim_undecided(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the control arm were plain GD its ratio to EM would grow: the setting cannot decide (a gate failed)."""
     _swap(monkeypatch, "xj", "gd")
     res = mwe.run(TINY, Context(tmp_path))
     assert max(res.metrics["XJ/EM ratio flatness per seed (max/min over w0)"]) > 2
-    assert not res.criteria[2].passed and res.verdict == "ERROR"
+    assert not res.criteria[2].passed and res.criteria[2].role == "gate" and res.verdict == "UNDECIDED"
+    assert res.summary.endswith("are not read.")
+
+
+def test_planted_wrong_xu_jordan_gradient_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A free-weight gradient 1% off breaks the Xu–Jordan identity along the paths: a bug, not REFUTED."""
+    right = esc.autograd_ascent
+
+    def off(x: Tensor, alpha: Tensor, means: Tensor, free: bool = False) -> tuple[Tensor, Tensor]:
+        g_w, g_mu = right(x, alpha, means, free)
+        return (1.01 * g_w, 1.01 * g_mu) if free else (g_w, g_mu)
+
+    monkeypatch.setattr(esc, "autograd_ascent", off)
+    with pytest.raises(AssertionError, match="Xu–Jordan") as caught:
+        mwe.run(TINY, Context(tmp_path))
+    assert "library:" not in str(caught.value)
