@@ -1,11 +1,13 @@
 """sticky_manifold: the subspaces against independent float64 oracles (the one head's and the testbed's), the planted
 heads and models, the batched Adam arm, the verdict rule on planted outcomes (a non-tracking deciding arm is
-UNDECIDED, run end to end), a planted effect carried through the whole run, and the quick run's consistency."""
+UNDECIDED, run end to end), the measures' validation (its statistics on synthetic measures, the own-position
+control, the checkpoints of one run), a planted effect carried through the whole run, and the quick run's
+consistency."""
 
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -24,8 +26,16 @@ from implicit_em.audit.claims.sticky_manifold import (
 )
 from implicit_em.audit.claims.sticky_sculpting import Config as SculptingConfig
 from implicit_em.audit.core import Context, Result
-from implicit_em.audit.testbeds import sticky_fits
+from implicit_em.audit.metrics import Metrics
+from implicit_em.audit.testbeds import manifold_validation, sticky_fits
 from implicit_em.audit.testbeds.manifold import mean_cos2, random_mean_cos2
+from implicit_em.audit.testbeds.manifold_validation import (
+    OwnPositionAttention,
+    Validation,
+    checkpoint_run,
+    own_position,
+    validity,
+)
 from implicit_em.audit.testbeds.one_head import init_head, stack_inits, train_runs
 from implicit_em.audit.testbeds.sticky_manifold import (
     ShuffledLabels,
@@ -289,11 +299,20 @@ def _decide(m: dict[str, Any], cfg: Config) -> tuple[str, str]:
     return v, summary(cfg, m, v)
 
 
+_VALID = {  # a validation that both measures pass: ranked by KL, aligned only near the tracking bar
+    "validation_readout_rho": 0.95,
+    "validation_value_rho": 0.9,
+    "validation_readout_aligned_kl_max_in_bars": 1.2,
+    "validation_value_aligned_kl_max_in_bars": 1.5,
+}
+
+
 def _testbed_planted(trained: float, d_mean: float, d_sd: float, **over: float) -> dict[str, float]:
     """Testbed metrics with both measures alike: the trained arm's (mean, paired gain, sd); init at 0.35."""
     m = {"aligned_threshold": 0.675, "n_runs": 3.0, "n_shuffled": 1.0}
     m.update(planted_in_readout=1.0, planted_in_value=1.0, planted_out_readout=0.0, planted_out_value=0.0)
     m.update(bayes_readout=1.0, trained_track_ratio_max=0.06, trained_plateau_in_bars_max=0.7)
+    m.update(_VALID)
     for arm, (t, d, sd) in {"trained": (trained, d_mean, d_sd), "shuffled": (0.40, 0.05, 0.03)}.items():
         for x in MEASURES:
             m.update({f"{arm}_{x}_init_mean": 0.35, f"{arm}_{x}_trained_mean": t, f"{arm}_{x}_d_mean": d})
@@ -319,6 +338,10 @@ def test_the_deciding_rule_on_planted_outcomes() -> None:
         ("trained_plateau_in_bars_max", math.inf),  # too few checkpoints to tell
         ("shuffled_readout_trained_mean", 0.8),  # training without the labels' signal would pass
         ("shuffled_value_trained_mean", 0.7),
+        ("validation_readout_rho", 0.5),  # the read-out does not rank the models by their KL
+        ("validation_value_aligned_kl_max_in_bars", 2.5),  # the value PCs read aligned where arm B sits
+        ("validation_readout_aligned_kl_max_in_bars", 12.0),
+        ("validation_value_rho", math.nan),  # too few models to rank
     ],
 )
 @pytest.mark.parametrize("effect", [(0.9, 0.55, 0.05), (0.4, 0.05, 0.05), (0.6, 0.25, 0.05)])
@@ -339,11 +362,20 @@ def _small(**over: Any) -> Config:
     return dataclasses.replace(Config.quick(), sticky=Sticky(n_inits=2, eval_size=16, **over))
 
 
+def _validated(cfg: Config, ctx: Context, m: Any, records: dict[str, Any]) -> dict[str, Any]:
+    """The measures' validation on the records of ``sm._testbed``, as ``measure`` runs it."""
+    inits = [sm._init_seed(cfg, i) for i in range(cfg.sticky.n_inits)]
+    tb, held, basis = records["tb"], records["held"], records["basis"]
+    return manifold_validation.measure(m, ctx, tb, held, inits, cfg.queries(), basis, cfg.validation)
+
+
 def test_a_non_tracking_deciding_arm_is_undecided_end_to_end(tmp_path: Path) -> None:
     """The deciding arm replaced by one that cannot track (60 steps of the recipe): the verdict is UNDECIDED by
     the tracking gate, whatever the angles say (on the old rule the same run read PARTIAL or REFUTED)."""
     cfg = _small(steps=60)
     m, records = sm._testbed(cfg, Context(tmp_path))
+    _validated(cfg, Context(tmp_path), m, records)
+    assert m["validation_steps"][0] == 0 and m["validation_steps"][-1] == 60  # the run never reached 0.12
     assert m["trained_track_ratio_max"] > cfg.sticky.track_fraction
     verdict, _ = _decide(m, cfg)
     assert verdict == "UNDECIDED"
@@ -367,6 +399,7 @@ def test_a_planted_effect_carries_through_the_run(
     monkeypatch.setattr(sticky_fits, "fit", planted_fit)  # the shared fits train through it
     cfg = _small()
     m, _ = sm._testbed(cfg, Context(tmp_path))
+    m.update(_VALID)  # the validation is tested on its own (below); here the planted angles decide
     assert _decide(m, cfg)[0] == expected
     if inside:
         assert min(m["trained_readout_trained_mean"], m["trained_value_trained_mean"]) > 1 - 1e-9
@@ -410,4 +443,120 @@ def test_quick_run_is_consistent(result: tuple[Result, Path]) -> None:
         d = torch.tensor(m[f"onehead_adam_{x}_per_run"]) - torch.tensor(m[f"onehead_init_{x}_per_run"])
         assert len(d) == cfg.onehead.n_inits and m[f"onehead_adam_{x}_d_mean"] == pytest.approx(float(d.mean()))
     assert m["onehead_bayes_heldout_loss"] < m["onehead_no_context_heldout_loss"] < math.log(8)
-    assert all((run_dir / f).is_file() for f in res.figures) and len(res.figures) == 2
+    assert all((run_dir / f).is_file() for f in res.figures) and len(res.figures) == 3
+    # the measures' validation: the run's checkpoints from its init to its end (the shared fit of init 0)
+    steps, kl = m["validation_steps"], m["validation_kl_per_checkpoint"]
+    assert steps[0] == 0 and steps[-1] == cfg.testbed().steps and steps == sorted(set(steps))
+    assert kl[0] == m["validation_inits_kl_per_run"][0] and kl[-1] == m["trained_kl_per_run"][0]
+    n_kept = len(steps) - 2  # between the init and the end: the first crossing of each level
+    assert 1 <= n_kept <= len(cfg.validation.levels)
+    for x in MEASURES:
+        assert m[f"validation_{x}_per_checkpoint"][0] == m[f"init_{x}_per_run"][0]  # the same model, the same data
+        assert m[f"validation_{x}_per_checkpoint"][-1] == m[f"trained_{x}_per_run"][0]
+        bars = [k / m["tracking_bar"] for k in kl] + [m["validation_control_kl_ratio"] / cfg.sticky.track_fraction]
+        stats = validity(bars, [*m[f"validation_{x}_per_checkpoint"], m[f"validation_control_{x}"]],
+                         m["aligned_threshold"], len(steps))  # fmt: skip
+        assert stats["rho"] == pytest.approx(m[f"validation_{x}_rho"])
+        assert stats["aligned_kl_max_in_bars"] == pytest.approx(m[f"validation_{x}_aligned_kl_max_in_bars"])
+    assert math.isnan(m["validation_control_readout"]) and m["validation_control_kl_ratio"] > 0.5  # no context
+    gates = [c.metric for c in res.criteria if c.role == "gate" and c.metric.startswith("validation")]
+    assert len(gates) == 4
+
+
+# --- the measures' validation --------------------------------------------------------------------------------------
+
+_BARS = [22.0, 15.0, 9.0, 6.0, 4.0, 3.0, 2.4, 1.9, 1.4, 1.1, 0.6, 10.0]  # KL / tracking bar: 11 checkpoints, control
+
+
+def _gates(stats: dict[str, float]) -> list[bool]:
+    m = {f"validation_{x}_{k}": v for x in MEASURES for k, v in stats.items()}
+    return [c.passed for c in manifold_validation.gates(Metrics(m), Validation())]
+
+
+def test_a_measure_monotone_in_kl_passes_the_validation() -> None:
+    scores = [0.35, 0.40, 0.45, 0.50, 0.55, 0.58, 0.62, 0.70, 0.85, 0.95, 0.999, 0.44]
+    stats = validity(_BARS, scores, 0.675, 11)
+    assert stats["rho"] == pytest.approx(1.0)
+    assert stats["aligned_kl_max_in_bars"] == 1.9 and stats["first_aligned_kl_in_bars"] == 1.9
+    assert all(_gates(stats))
+
+
+def test_a_measure_that_saturates_above_the_tracking_bar_fails_the_validation() -> None:
+    """Arm B's case: aligned (and ordered) long before the model tracks; and the control aligned at 10 bars."""
+    scores = [0.35, 0.90, 0.99, 0.995, 0.997, 0.998, 0.9985, 0.999, 0.9992, 0.9994, 0.9995, 0.99]
+    stats = validity(_BARS, scores, 0.675, 11)
+    assert stats["rho"] > 0.7  # it even ranks the models by KL ...
+    assert stats["aligned_kl_max_in_bars"] == 15.0 and stats["first_aligned_kl_in_bars"] == 15.0
+    assert _gates(stats) == [True, False, True, False]  # ... and still fails: aligned at 15 tracking bars
+
+
+def test_a_measure_that_does_not_rank_by_kl_fails_the_validation() -> None:
+    scores = [0.60, 0.35, 0.62, 0.40, 0.58, 0.45, 0.50, 0.38, 0.61, 0.42, 0.66, 0.55]  # never aligned, unordered
+    stats = validity(_BARS, scores, 0.675, 11)
+    assert stats["rho"] < 0.7 and stats["aligned_kl_max_in_bars"] == 0.0
+    assert math.isnan(stats["first_aligned_kl_in_bars"])
+    assert _gates(stats) == [False, True, False, True]
+
+
+def test_an_undefined_score_is_left_out_of_the_ranking() -> None:
+    scores = [0.35, 0.40, 0.45, 0.50, 0.55, 0.58, 0.62, 0.70, 0.85, 0.95, 0.999]
+    with_nan = validity(_BARS, [*scores, math.nan], 0.675, 11)
+    assert with_nan == validity(_BARS[:11], scores, 0.675, 11)
+
+
+def test_the_own_position_control_reads_no_earlier_position_and_keeps_its_weights() -> None:
+    tb = dataclasses.replace(StickyTestbed(length=12, batch_size=8, eval_size=8, eval_every=5), steps=6)
+    base = tb.model(3)
+    model = own_position(tb.model(3))
+    assert all(isinstance(b.attn, OwnPositionAttention) for b in model.blocks)
+    assert model.state_dict().keys() == base.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), base.state_dict().values(), strict=True))
+    x = tb.sample(4, _gen(5)).x
+    moved = x.clone()
+    moved[:, :6] += torch.randn(4, 6, 20, generator=_gen(6))
+    with torch.no_grad():
+        torch.testing.assert_close(model(moved)[:, 6:], model(x)[:, 6:], rtol=0, atol=0)
+        assert not torch.allclose(base(moved)[:, 6:], base(x)[:, 6:])  # the full attention does read them
+    layer = cast(OwnPositionAttention, model.blocks[0].attn)
+    w_q, w_v = layer.W_Q.weight.detach().clone(), layer.W_V.weight.detach().clone()
+    fit(tb, model, 3)
+    assert torch.equal(layer.W_Q.weight, w_q)  # one unmasked score: no gradient reaches W_Q
+    assert not torch.equal(layer.W_V.weight, w_v)
+    basis = symbol_mean_basis(tb.means)
+    scores = manifold_validation._own_scores(model, basis, x, [5, 11])
+    assert math.isnan(scores["readout"]) and 0.0 <= scores["value"] <= 1.0
+    with pytest.raises(AssertionError, match="reads an earlier position"):
+        manifold_validation._own_scores(base, basis, x, [5, 11])
+
+
+def test_the_checkpoints_are_the_prefix_of_the_plain_run(tmp_path: Path) -> None:
+    """Each checkpoint is the model the testbed's own fit reaches at that step (the probe only reads), kept the
+    first time its KL falls to a level; the run stops once the last level is crossed; the cache returns the same."""
+    tb = dataclasses.replace(StickyTestbed(length=16, batch_size=16, eval_size=16), steps=80)
+    held = tb.eval_batch(4)
+    v = Validation(levels=(1.5, 1.0, 0.9), probe_every=5)
+    run = checkpoint_run(Context(tmp_path), tb, 2, held, v)
+    steps = [c["step"] for c in run["checkpoints"]]
+    assert steps[0] == 0 and steps == sorted(set(steps)) and all(s % 5 == 0 for s in steps) and len(steps) >= 2
+    nc = tb.no_context_kl_bits(held)
+    probe = dict(zip(run["probe_steps"], run["probe_kl"], strict=True))
+    plain: dict[int, dict[str, torch.Tensor]] = {0: tb.model(2).state_dict()}
+
+    def record(step: int, net: torch.nn.Module) -> None:  # the plain run, read at the kept steps only
+        if step + 1 in steps:
+            plain[step + 1] = {k: t.detach().clone() for k, t in net.state_dict().items()}
+
+    fit(tb, tb.model(2), 2, steps=steps[-1], eval_batch=held, on_step=record)
+    for c in run["checkpoints"]:
+        if c["step"]:
+            earlier = min(k for s, k in probe.items() if s < c["step"])
+            assert any(c["kl"] <= lv * nc < earlier for lv in v.levels)  # a level crossed here for the first time
+        for name, value in plain[c["step"]].items():
+            torch.testing.assert_close(c["state"][name], value, rtol=0, atol=0)
+        model = tb.model(2)
+        model.load_state_dict(c["state"])
+        assert c["kl"] == tb.kl_bits(model, held)
+    if min(run["probe_kl"]) <= min(v.levels) * nc:
+        assert run["probe_steps"][-1] == steps[-1] < tb.steps  # stopped at the last crossing
+    again = checkpoint_run(Context(tmp_path), tb, 2, held, v)
+    assert [c["step"] for c in again["checkpoints"]] == steps

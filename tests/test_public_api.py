@@ -65,6 +65,7 @@ PUBLIC_MODULES = [
     "implicit_em.audit.testbeds.gradient_em",
     "implicit_em.audit.testbeds.identities",
     "implicit_em.audit.testbeds.manifold",
+    "implicit_em.audit.testbeds.manifold_validation",
     "implicit_em.audit.testbeds.measured",
     "implicit_em.audit.testbeds.mixture_ends",
     "implicit_em.audit.testbeds.mixture_paths",

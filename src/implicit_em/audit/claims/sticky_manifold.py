@@ -19,7 +19,9 @@ singular subspace of the centred logit Jacobians ∂z̃_t/∂x_j, j < t; the Bay
 
 Gates (UNDECIDED if one fails): every init tracks (KL <= ``track_fraction`` x no-context KL) and has plateaued; the
 negative control (``n_shuffled`` models, same inits and streams, each window trained on another window's labels)
-stays under the aligned bar on both measures. Identities: planted models reading only the mean span score 1, its
+stays under the aligned bar on both measures; each measure ranks models by what they infer (testbeds.
+manifold_validation: over the checkpoints of init 0's run and an own-position control, Spearman ρ with −KL >= 0.7,
+and no model aligned at >= 2 tracking bars). Identities: planted models reading only the mean span score 1, its
 complement 0; the exact Bayes filter's read-out scores 1.
 
 Rule, per measure, with d_r = cos²(trained_r) - cos²(init_r): improved if mean d > ``sigmas`` x sd(d) (the review's
@@ -43,8 +45,9 @@ from implicit_em.audit import seeds
 from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated, identity
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
-from implicit_em.audit.testbeds import manifold, sticky_fits
+from implicit_em.audit.testbeds import manifold, manifold_validation, sticky_fits
 from implicit_em.audit.testbeds.manifold import mean_cos2, random_mean_cos2
+from implicit_em.audit.testbeds.manifold_validation import Validation
 from implicit_em.audit.testbeds.measured import Measured
 from implicit_em.audit.testbeds.sticky_manifold import (
     MEASURES,
@@ -115,6 +118,7 @@ class Config:
     sticky: Sticky = field(default_factory=Sticky)
     rule: Rule = field(default_factory=Rule)
     onehead: OneHead = field(default_factory=OneHead)  # reported only
+    validation: Validation = field(default_factory=Validation)  # the measures' gates, declared before seeds 0-4
 
     @classmethod
     def quick(cls) -> "Config":
@@ -243,7 +247,7 @@ def _testbed(cfg: Config, ctx: Context) -> tuple[Metrics, dict[str, Any]]:
           "plateau gate: worst init's last-fifth KL drop / plateau allowance")  # fmt: skip
     m.put("testbed_train_s", sum(r["wall_s"] for arm in runs for r in runs[arm]), "s",
           "testbed: training time of its fits (as they were trained)")  # fmt: skip
-    return m, {"scores": scores, "runs": runs, "queries": cfg.queries(), "tb": tb}
+    return m, {"scores": scores, "runs": runs, "queries": cfg.queries(), "tb": tb, "held": held, "basis": basis}
 
 
 def _rule_parts(cfg: Config, m: Metrics, arm: str = "trained") -> dict[str, bool]:
@@ -282,13 +286,16 @@ def measure(cfg: Config, ctx: Context) -> Measured:
           "testbed, trained: last-fifth KL drop, per init")  # fmt: skip
     m.put("testbed_s", testbed_s, "s", "testbed: wall time of the deciding arm")
     m.drawn["testbed"] = records
+    inits = [_init_seed(cfg, i) for i in range(cfg.sticky.n_inits)]
+    m.drawn["validation"] = manifold_validation.measure(m, ctx, records["tb"], records["held"], inits, cfg.queries(),
+                                                        records["basis"], cfg.validation)  # fmt: skip
     m.drawn["onehead"] = onehead_measure(m, cfg.onehead, cfg.seed, cfg.rule.margin_fraction)
     m.put("wall_s", time.perf_counter() - start, "s", "wall time of the measurement")
     return m
 
 
 def criteria(cfg: Config, m: Metrics) -> list[Criterion]:
-    """Identities (5), gates (4: tracking, plateau, the shuffled control on both measures), the deciding four."""
+    """Identities (5), gates (8: tracking, plateau, the measures' validation, the shuffled control), the deciding 4."""
     thr, tol = m["aligned_threshold"], cfg.sticky.planted_tol
     crits = [
         identity("planted model reading the mean span: mean cos² (read-out)", m["planted_in_readout"], ">=", 1 - tol),
@@ -308,6 +315,7 @@ def criteria(cfg: Config, m: Metrics) -> list[Criterion]:
             "<=",
             1.0,
         ),
+        *manifold_validation.gates(m, cfg.validation),
         gate(
             "shuffled labels: mean cos² (read-out), under the aligned bar", m["shuffled_readout_trained_mean"], "<", thr
         ),
@@ -374,7 +382,8 @@ def details(cfg: Config, m: Measured) -> str:
         f"trained beyond shuffled (paired): {gains}. Identities: planted models in the span "
         f"{m['planted_in_readout']:.9f} / {m['planted_in_value']:.9f} (read-out / value PCs), in its complement "
         f"{m['planted_out_readout']:.1e} / {m['planted_out_value']:.1e}; the exact Bayes filter's read-out "
-        f"{m['bayes_readout']:.12f}. {onehead_details(m, cfg.onehead)}"
+        f"{m['bayes_readout']:.12f}. {manifold_validation.details(m, cfg.validation)} "
+        f"{onehead_details(m, cfg.onehead)}"
     )
 
 
@@ -410,7 +419,8 @@ def figures(cfg: Config, m: Measured, ctx: Context) -> list[str]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     testbed = ctx.save_figure(fig, "sticky_manifold", dpi=100)
-    return [testbed, onehead_figure(ctx, m, cfg.onehead, m.drawn["onehead"])]
+    check = manifold_validation.figure(ctx, m, m.drawn["validation"], "sticky_manifold_validation")
+    return [testbed, check, onehead_figure(ctx, m, cfg.onehead, m.drawn["onehead"])]
 
 
 def run(cfg: Config, ctx: Context) -> Result:

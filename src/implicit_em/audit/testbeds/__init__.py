@@ -20,6 +20,7 @@ __all__ = [
     "gradient_em",
     "identities",
     "manifold",
+    "manifold_validation",
     "measured",
     "mixture_ends",
     "mixture_paths",
