@@ -1,4 +1,4 @@
-r"""Does training on the sticky Markov chain bring the head to the Bayes posterior? The skeptic's test, posterior half.
+r"""Does training on the sticky Markov chain bring the model to the Bayes posterior? The skeptic's test, posterior half.
 
 Claim (review of arXiv 2512.22473, "Gradient Dynamics of Attention"): the paper says the attention dynamics
 "sculpt the low-dimensional manifolds identified in our companion work", supported only by qualitative
@@ -7,123 +7,147 @@ specialisation in the sticky Markov-chain simulations (its §4). The skeptic's t
 value space to the companion's manifold basis; "if either quantity fails to improve over a random-initialization
 baseline by >2σ, the sculpting claim does not hold". This is the KL half; the angles are ``sticky_manifold``.
 
-Method (docs/claims/sticky_sculpting.md has the setting's derivation and the history). The paper's head (one causal
-attention head, no residual, no MLP, init N(0, 0.1²)) and optimiser (full-batch SGD, lr 0.01, 1000 steps on one
-sequence) on a stickier, noisier chain (stay 0.8, noise 3; the model reads x / 3), chosen from the exact posterior
-so that the best predictor from x_t alone is >= 10x further from Bayes than the target. ``n_inits`` random inits x
-``n_sequences`` training sequences; every run is evaluated at its init and after training on the same held-out
-sequences. Measured: KL(Bayes || model) in bits (averaged over positions and held-out sequences), the paired
-difference d_r = KL(init_r) - KL(trained_r), its mean and sd, and the fraction of the gap to Bayes closed.
+Deciding arm (docs/claims/sticky_sculpting.md: the derivation, the pilot, the history): the shared sticky testbed
+(a model class that can represent the filter) with ``sticky_manifold``'s testbed, inits, controls and held-out
+windows exactly, so both claims read the same cached fits; each init is compared with itself at random init.
 
-Controls, exact (no training): the uniform predictor, the no-context predictor, and the windowed Bayes filters over
-the last k inputs (k = 2, 4, 8); the window of 8 is the positive control (it must meet the target).
-
-Rule: the setting needs context (KL(Bayes || no-context) >= ``context_ratio`` x ``target_kl``) and the positive
-control meets the target, else PARTIAL saying the test cannot decide. Then PARTIAL (the posterior half met; the
-manifold half is tested elsewhere, so SUPPORTED is not reachable) if mean d > ``sigmas`` x sd(d) and mean
-KL(Bayes || trained) <= ``target_kl``; REFUTED if either fails (the skeptic's rule). Caveat: the head has no
-positions, so it cannot tell which earlier input came last, the one the filter weighs most.
+Rule: tests: mean d > ``sigmas`` x sd(d), d = KL(init) - KL(trained) over inits (the skeptic's rule), and every
+init tracks (KL <= ``track_fraction`` x the no-context KL, the testbed's bar). PARTIAL if both hold (the posterior
+half; SUPPORTED is not reachable here), REFUTED if either fails. Gates (UNDECIDED if one fails): the setting needs
+context (no-context KL >= ``context_ratio`` x ``target_kl``), the exact window-``positive_window`` Bayes filter
+meets the bar, every init has plateaued, and the other-window-label control fails the tracking test. Reported: the
+companion's one head (no positions; the paper's SGD) and its best fit in its class against the 0.03-bit target.
 """
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from implicit_em.audit import seeds
-from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated
+from implicit_em.audit.core import Comparison, Context, Criterion, Experiment, Result, Role, Verdict, criterion, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
-from implicit_em.audit.testbeds import one_head
+from implicit_em.audit.testbeds import one_head as oh
+from implicit_em.audit.testbeds import sticky_fits
 from implicit_em.audit.testbeds.measured import Measured
-from implicit_em.audit.testbeds.one_head import (
-    kl_own,
-    kl_runs,
-    no_context_posterior,
-    single_head_logits,
-    stack_inits,
-    train_runs,
-    window_posterior,
-)
+from implicit_em.audit.testbeds.sticky_manifold import shared_design
 from implicit_em.windtunnel.metrics import kl_bits
-from implicit_em.windtunnel.tasks import StickyMarkovTask, StickySequence
+from implicit_em.windtunnel.sticky import StickyTestbed, forward_filter, plateau_drop
+from implicit_em.windtunnel.tasks import StickyMarkovTask
 
 __all__ = [
     "EXPERIMENT",
     "Chain",
     "Config",
+    "OneHead",
     "Rule",
+    "Sticky",
     "Training",
     "criteria",
     "details",
     "figures",
     "measure",
-    "no_context_posterior",
     "paired_metrics",
     "run",
-    "single_head_logits",
+    "sticky_window_posterior",
     "summary",
     "verdict",
-    "window_posterior",
 ]
 
 PAPER_STAY, PAPER_NOISE = 0.3, 1.0  # Agarwal, Dalal & Misra, arXiv 2512.22473: the paper's chain
 
 
 @dataclass(frozen=True)
-class Chain:
-    """The sticky chain the head is trained on (chosen from the exact posterior before training; the page)."""
+class Sticky:
+    """The deciding arm: ``sticky_manifold``'s testbed, budget, inits, controls and gates, exactly (the same fits)."""
 
-    stay: float = one_head.STAY  # paper: 0.3, where the no-context predictor is < 0.012 bits from Bayes at any noise
-    noise: float = one_head.NOISE  # paper: 1; the largest KL(Bayes || no-context) of the scan at stay 0.8 (0.40 bits)
+    steps: int = 2000  # StickyTestbed()'s quick budget (3,000 full)
+    n_inits: int = 3  # paired inits, each with its own stream (sticky_manifold's)
+    n_shuffled: int = 1  # other-window-label controls, from the first inits
+    eval_size: int = 256  # held-out windows of the seed
+    track_fraction: float = 0.1  # the testbed's tracking bar: KL <= 0.1 x the no-context KL (test 2)
+    plateau_window: float = 0.2  # the testbed's plateau gate: the last fifth of the checkpoints ...
+    plateau_tol: float = 0.25  # ... lowers the KL by at most a quarter of the tracking bar
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The one head's sticky chain (reported arm; chosen from the exact posterior, the page)."""
+
+    stay: float = oh.STAY  # paper: 0.3, where the no-context predictor is < 0.012 bits from Bayes at any noise
+    noise: float = oh.NOISE  # paper: 1; the largest KL(Bayes || no-context) of the scan at stay 0.8 (0.40 bits)
     scale_inputs: bool = True  # the model reads x / noise: the paper's unit noise around means shrunk by 1/noise
     length: int = 250  # T of every training and held-out sequence (paper: 2000; each run costs T^2)
 
 
 @dataclass(frozen=True)
 class Training:
-    """The paper's optimiser and initialisation (Agarwal, Dalal & Misra, arXiv 2512.22473)."""
+    """The paper's optimiser and initialisation for the one head (Agarwal, Dalal & Misra, arXiv 2512.22473)."""
 
-    steps: int = one_head.SGD_STEPS
-    lr: float = one_head.SGD_LR
-    init_std: float = one_head.INIT_STD
-    log_every: int = 50  # training loss logged every this many steps (the figure)
+    steps: int = oh.SGD_STEPS
+    lr: float = oh.SGD_LR
+    init_std: float = oh.INIT_STD
+
+
+@dataclass(frozen=True)
+class OneHead:
+    """The one head's sizes and its best fit within its class (Adam on the exact posterior, soft targets)."""
+
+    n_inits: int = 6  # random initialisations, each trained on every training sequence
+    n_sequences: int = 2  # training sequences (same chain and means, fresh draws)
+    n_heldout: int = 2  # held-out sequences every run is evaluated on
+    fit_steps: int = 300  # best fit: Adam steps on the held-out sequences' exact posterior (pilot: 1,000 gain < 0.01)
+    fit_lr: float = 0.03
 
 
 @dataclass(frozen=True)
 class Rule:
-    """The verdict's thresholds, fixed before the runs."""
+    """The verdict's thresholds, fixed before the runs (the tracking bar is ``Sticky.track_fraction``)."""
 
-    target_kl: float = 0.03  # bits; "tracks the posterior" as in bayes_necessity (0.028-0.045 bits there)
-    context_ratio: float = 10.0  # the no-context predictor >= 10x further from Bayes than the target (the page)
+    target_kl: float = 0.03  # bits: the one head's target; and the context gate's unit (bayes_necessity's 0.028-0.045)
+    context_ratio: float = 10.0  # the no-context predictor >= 10 x target_kl from Bayes (the setting needs context)
     sigmas: float = 2.0  # the review's "improve over a random-initialization baseline by >2σ" (paired σ)
     windows: tuple[int, ...] = (2, 4, 8)  # exact controls: Bayes filters over the last k inputs (k = 1: no context)
-    positive_window: int = 8  # the positive control: a filter over 8 inputs must meet the target
+    positive_window: int = 8  # the positive control: a filter over 8 inputs must meet the bar
 
 
 @dataclass(frozen=True)
 class Config:
-    """The paper's head and optimiser on a stickier, noisier chain; thresholds fixed before the runs."""
+    """The deciding testbed, the reported one head, and the thresholds, fixed before the deciding runs."""
 
-    seed: int = 0  # the chain's means (means_seed = seed), the sequences and the initialisations
+    seed: int = 0  # the testbed's means, inits and streams; the one head's means, sequences and inits
+    sticky: Sticky = field(default_factory=Sticky)
+    rule: Rule = field(default_factory=Rule)
     chain: Chain = field(default_factory=Chain)
     training: Training = field(default_factory=Training)
-    rule: Rule = field(default_factory=Rule)
-    n_inits: int = 6  # random initialisations, each trained on every training sequence
-    n_sequences: int = 2  # training sequences (same chain and means, fresh draws)
-    n_heldout: int = 2  # held-out sequences every run is evaluated on
+    onehead: OneHead = field(default_factory=OneHead)
 
     @classmethod
     def quick(cls) -> "Config":
-        """6 initialisations x 2 training sequences of T = 250 (12 paired runs), 2 held-out sequences."""
+        """Testbed: 3 inits and 1 control at 2,000 steps; one head: 6 inits x 2 sequences of T = 250."""
         return cls()
 
     @classmethod
     def full(cls) -> "Config":
-        """10 initialisations x 3 training sequences of T = 500 (30 paired runs), 4 held-out sequences."""
-        return cls(chain=Chain(length=500), n_inits=10, n_sequences=3, n_heldout=4)
+        """Testbed: 5 inits and 2 controls at 3,000 steps; one head: 10 inits x 3 sequences of T = 500, 4 held out."""
+        return cls(
+            sticky=Sticky(steps=StickyTestbed.full().steps, n_inits=5, n_shuffled=2),
+            chain=Chain(length=500),
+            onehead=OneHead(n_inits=10, n_sequences=3, n_heldout=4),
+        )
+
+    def testbed(self) -> StickyTestbed:
+        """The testbed: the recipe's defaults, the seed's means, this budget and these gates (sticky_manifold's)."""
+        s = self.sticky
+        return dataclasses.replace(
+            StickyTestbed(), means_seed=self.seed, steps=s.steps, eval_size=s.eval_size,
+            track_fraction=s.track_fraction, plateau_window=s.plateau_window, plateau_tol=s.plateau_tol,
+        )  # fmt: skip
 
     def ladder(self) -> list[int]:
         """The windows of the exact controls, k = 1 (no context) first."""
@@ -138,245 +162,266 @@ def paired_metrics(kl_init: Tensor, kl_trained: Tensor) -> dict[str, float]:
     """Paired statistics from per-run KLs (R,): d = init - trained, its mean, sd and se, and the gap closed."""
     d = kl_init - kl_trained
     sd = _sd(d)
-    closed = d / kl_init
     return {
         "kl_init_mean": float(kl_init.mean()),
         "kl_trained_mean": float(kl_trained.mean()),
-        "kl_trained_sd": _sd(kl_trained),
+        "kl_trained_max": float(kl_trained.max()),
         "d_mean": float(d.mean()),
         "d_sd": sd,
         "d_se": sd / math.sqrt(d.numel()),
         "d_in_sd": float(d.mean()) / sd if sd > 0 else math.copysign(math.inf, float(d.mean())),
         "gap_closed": float(d.mean()) / float(kl_init.mean()),
-        "gap_closed_min": float(closed.min()),
-        "gap_closed_max": float(closed.max()),
         "n_runs": float(d.numel()),
     }
 
 
-_PAIRED_LABELS = {
-    "kl_init_mean": ("bits", "KL(Bayes ‖ model) at initialisation, mean over runs (held out)"),
-    "kl_trained_mean": ("bits", "KL(Bayes ‖ model) after training, mean over runs (held out)"),
-    "kl_trained_sd": ("bits", "KL(Bayes ‖ model) after training, SD over runs"),
+_PAIRED = {
+    "kl_init_mean": ("bits", "KL(Bayes ‖ model) at random init, mean (held out)"),
+    "kl_trained_mean": ("bits", "KL(Bayes ‖ model) after training, mean (held out)"),
+    "kl_trained_max": ("bits", "KL(Bayes ‖ model) after training, worst run (held out)"),
     "d_mean": ("bits", "paired improvement d = KL(init) − KL(trained), mean"),
-    "d_sd": ("bits", "paired improvement d, SD over runs (the rule's σ)"),
+    "d_sd": ("bits", "paired improvement d, SD (the rule's σ)"),
     "d_se": ("bits", "paired improvement d, standard error"),
     "d_in_sd": ("SDs", "paired improvement d, mean / SD"),
     "gap_closed": ("fraction", "share of the gap to the posterior closed (mean d / mean KL at init)"),
-    "gap_closed_min": ("fraction", "share of the gap closed, lowest run"),
-    "gap_closed_max": ("fraction", "share of the gap closed, highest run"),
-    "n_runs": ("count", "paired runs (initialisations x training sequences)"),
+    "n_runs": ("count", "paired runs"),
 }
 
 
-def _cross_entropy(p: Tensor, y: Tensor) -> float:
-    """Mean -log p(y_t) in nats of a predictive (..., T, C) on targets (..., T)."""
-    return float(-p.gather(-1, y[..., None]).log().mean())
+def _put_paired(m: Metrics, prefix: str, what: str, kl_init: Tensor, kl_trained: Tensor) -> None:
+    for key, value in paired_metrics(kl_init, kl_trained).items():
+        m.put(f"{prefix}{key}", value, _PAIRED[key][0], f"{what}: {_PAIRED[key][1]}")
+    m.put(f"{prefix}kl_init_per_run", kl_init.tolist(), "bits", f"{what}: KL(Bayes ‖ model) at init, per run")
+    m.put(f"{prefix}kl_trained_per_run", kl_trained.tolist(), "bits", f"{what}: KL(Bayes ‖ model) trained, per run")
 
 
-def _sequences(cfg: Config, task: StickyMarkovTask) -> tuple[list[StickySequence], list[StickySequence]]:
-    """The training and the held-out sequences of the seed."""
-    train = [task.sample(seeds.torch_generator(cfg.seed, "train-sequence", s)) for s in range(cfg.n_sequences)]
-    held = [task.sample(seeds.torch_generator(cfg.seed, "held-sequence", h)) for h in range(cfg.n_heldout)]
-    return train, held
+def sticky_window_posterior(tb: StickyTestbed, x: Tensor, k: int) -> Tensor:
+    """The testbed's Bayes predictive from the last ``k`` inputs only, (B, T, C) float64: the forward filter over
+    x_{t-k+1..t} from a uniform prior, times A (a flat likelihood before the window's start changes nothing: A is
+    doubly stochastic). ``k = 1`` is the no-context predictor; ``k >= T`` the full filter."""
+    if k < 1:
+        raise ValueError(f"the window must hold at least one input, got {k}")
+    log_lik = tb.log_likelihood(x)  # (B, T, C)
+    b, t, c = log_lik.shape
+    padded = torch.cat([torch.zeros(b, k - 1, c, dtype=log_lik.dtype), log_lik], dim=1)
+    windows = padded.unfold(1, k, 1).permute(0, 1, 3, 2).reshape(b * t, k, c)  # window t ends at input t
+    return (forward_filter(windows, tb.transition)[:, -1] @ tb.transition).reshape(b, t, c)
 
 
-def _init_seeds(cfg: Config) -> list[int]:
-    return [seeds.derive(cfg.seed, "init", i) for i in range(cfg.n_inits)]
-
-
-def _paper_sequence(cfg: Config, paper: StickyMarkovTask) -> StickySequence:
-    return paper.sample(seeds.torch_generator(cfg.seed, "paper-sequence"))
-
-
-def _controls(m: Metrics, cfg: Config, task: StickyMarkovTask, held: list[StickySequence], post: Tensor) -> None:
-    """The exact controls on the held-out sequences (no training): uniform, no-context and the windowed filters."""
-    m.put("kl_uniform", float(kl_bits(post, torch.full_like(post, 0.125)).mean()), "bits",
-          "KL(Bayes ‖ uniform predictor), held out")  # fmt: skip
-    p_nc = torch.stack([no_context_posterior(task, s) for s in held])
-    m.put("kl_no_context", float(kl_bits(post, p_nc).mean()), "bits",
-          "KL(Bayes ‖ no-context predictor p(y_t | x_t)), held out")  # fmt: skip
+def _testbed_fits(cfg: Config, ctx: Context, m: Metrics) -> dict[str, list]:
+    """The deciding arm: every init at random init and trained (the shared cached fits), the controls, the exact
+    predictors, all on the seed's held-out windows."""
+    tb = cfg.testbed()
+    held, inits, controls = shared_design(tb, cfg.seed, cfg.sticky.n_inits, cfg.sticky.n_shuffled)
+    nc = m.put("kl_no_context", tb.no_context_kl_bits(held), "bits", "testbed: KL(Bayes ‖ no-context predictor)")
+    m.put("tracking_bar", tb.tracking_bar(held), "bits", "testbed: tracking bar, track_fraction x no-context KL")
+    m.put("plateau_bar", tb.plateau_bar(held), "bits", "testbed: plateau allowance, plateau_tol x the tracking bar")
     for k in cfg.ladder():
-        windowed = torch.stack([window_posterior(task, s, k) for s in held])
-        m.put(f"kl_window_{k}", float(kl_bits(post, windowed).mean()), "bits",
-              f"KL(Bayes ‖ Bayes filter over the last {k} inputs), held out")  # fmt: skip
-    k = cfg.rule.positive_window
-    m.put("kl_positive_control", m[f"kl_window_{k}"], "bits", f"positive control: KL of the window-{k} filter")
+        m.put(f"kl_window_{k}", float(kl_bits(held.posterior, sticky_window_posterior(tb, held.x, k)).mean()),
+              "bits", f"testbed: KL(Bayes ‖ Bayes filter over the last {k} inputs)")  # fmt: skip
+    m.put("kl_positive_control", m[f"kl_window_{cfg.rule.positive_window}"], "bits",
+          f"testbed, positive control: KL of the window-{cfg.rule.positive_window} filter")  # fmt: skip
+    runs: dict[str, list] = {"init": [], "trained": [], "history": [], "steps": [], "drop": [], "control": []}
+    for s in inits:
+        runs["init"].append(tb.kl_bits(tb.model(s), held))
+        _, res = sticky_fits.trained(ctx, tb, s, held)
+        runs["trained"].append(res.kl_history[-1])
+        runs["history"].append(res.kl_history)
+        runs["steps"].append(res.steps)
+        runs["drop"].append(plateau_drop(res.kl_history, tb.plateau_window))
+    for s, bed in zip(inits, controls, strict=False):  # control i from init i
+        _, res = sticky_fits.trained(ctx, bed, s, held)
+        runs["control"].append(res.kl_history[-1])
+        runs["history"].append(res.kl_history)
+    m.put("track_ratio_max", max(runs["trained"]) / nc, "ratio", "testbed: worst init's KL / no-context KL")
+    m.put("control_track_ratio_min", min(runs["control"]) / nc, "ratio",
+          "testbed, other-window-label control: best control's KL / no-context KL")  # fmt: skip
+    m.put("plateau_in_bars_max", max(d / m["plateau_bar"] if d == d else math.inf for d in runs["drop"]), "ratio",
+          "testbed: worst init's last-fifth KL drop / plateau allowance")  # fmt: skip
+    return runs
 
 
-def _train(cfg: Config, train: list[StickySequence], x_held: Tensor, post: Tensor) -> dict[str, Tensor]:
-    """Every (init, sequence) run trained at once: KLs held out and on its own sequence, at init and after, and
-    the training-loss curves (L, R)."""
-    scale = cfg.chain.noise if cfg.chain.scale_inputs else 1.0
-    x_train = torch.stack([s.inputs.float() for s in train]).repeat(cfg.n_inits, 1, 1) / scale  # (R, T, D)
-    y_train = torch.stack([s.targets for s in train]).repeat(cfg.n_inits, 1)  # (R, T); run r = i * S + s
-    t = cfg.training
-    params = stack_inits(_init_seeds(cfg), cfg.n_sequences, t.init_std)
-    out = {"init": kl_runs(params, x_held, post), "own_init": kl_own(params, x_train, train, cfg.n_inits)}
-    out["curves"] = train_runs(params, x_train, y_train, t.lr, t.steps, t.log_every)
-    out["trained"] = kl_runs(params, x_held, post)
-    out["own_trained"] = kl_own(params, x_train, train, cfg.n_inits)
-    return out
+def _onehead_fit(cfg: Config, x: Tensor, post: Tensor) -> Tensor:
+    """The head's best fit within its class: Adam on the exact posterior of ``x`` (H, T, D) itself (soft targets,
+    every init at once), returning each init's KL on ``x`` in bits (R,): in-sample, so optimistic for any training."""
+    o = cfg.onehead
+    params = oh.stack_inits([seeds.derive(cfg.seed, "init", i) for i in range(o.n_inits)], 1, cfg.training.init_std)
+    opt = torch.optim.Adam(list(params.values()), lr=o.fit_lr)
+    target = post.float()[None]  # (1, H, T, C)
+    for _ in range(o.fit_steps):
+        logp = F.log_softmax(oh.single_head_logits({k: v[:, None] for k, v in params.items()}, x.float()[None]), -1)
+        loss = -(target * logp).sum(-1).mean(dim=(1, 2))  # (R,): cross-entropy to the posterior = KL + const
+        opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        opt.step()
+    return oh.kl_runs(params, x, post)
 
 
-def _paper_setting(m: Metrics, cfg: Config) -> None:
-    """The paper's chain, exactly (no training): how much context it needs."""
+def _onehead(cfg: Config, m: Metrics) -> None:
+    """The reported one head: its chain's exact controls, the paper's SGD from random inits (paired, held out),
+    its best fit within its class, and the paper's own chain (no training)."""
+    c, o, t = cfg.chain, cfg.onehead, cfg.training
+    task = StickyMarkovTask(length=c.length, stay=c.stay, noise=c.noise, means_seed=cfg.seed)
+    train = [task.sample(seeds.torch_generator(cfg.seed, "train-sequence", s)) for s in range(o.n_sequences)]
+    held = [task.sample(seeds.torch_generator(cfg.seed, "held-sequence", h)) for h in range(o.n_heldout)]
+    scale = c.noise if c.scale_inputs else 1.0
+    x_held, post = torch.stack([s.inputs for s in held]) / scale, torch.stack([s.posterior for s in held])
+    m.put("onehead_kl_no_context", float(kl_bits(post, torch.stack([oh.no_context_posterior(task, s) for s in held]))
+          .mean()), "bits", "one head's chain: KL(Bayes ‖ no-context predictor), held out")  # fmt: skip
+    for k in (k for k in cfg.ladder() if k > 1):
+        windowed = torch.stack([oh.window_posterior(task, s, k) for s in held])
+        m.put(f"onehead_kl_window_{k}", float(kl_bits(post, windowed).mean()), "bits",
+              f"one head's chain: KL(Bayes ‖ Bayes filter over the last {k} inputs), held out")  # fmt: skip
+    x_train = torch.stack([s.inputs.float() for s in train]).repeat(o.n_inits, 1, 1) / scale  # run r = i * S + s
+    y_train = torch.stack([s.targets for s in train]).repeat(o.n_inits, 1)
+    params = oh.stack_inits([seeds.derive(cfg.seed, "init", i) for i in range(o.n_inits)], o.n_sequences, t.init_std)
+    kl_init = oh.kl_runs(params, x_held, post)
+    curves = oh.train_runs(params, x_train, y_train, t.lr, t.steps, max(1, t.steps // 20))
+    _put_paired(m, "onehead_", "one head, paper's SGD", kl_init, oh.kl_runs(params, x_held, post))
+    m.put("onehead_train_loss_final", float(curves[-1].mean()), "nats", "one head: training cross-entropy at the end")
+    fit = _onehead_fit(cfg, x_held, post)
+    m.put("onehead_best_fit_kl", float(fit.min()), "bits",
+          "one head, best fit in its class: min over inits of KL on the sequences it was fitted to")  # fmt: skip
+    m.put("onehead_best_fit_per_run", fit.tolist(), "bits", "one head, best fit: KL per init (in-sample)")
+    m.put("onehead_represents", bool(fit.min() <= cfg.rule.target_kl), "yes/no",
+          "one head: its best fit meets the 0.03-bit target (else it cannot represent the filter)")  # fmt: skip
+    old = m["onehead_d_mean"] > cfg.rule.sigmas * m["onehead_d_sd"]
+    old = old and m["onehead_kl_trained_mean"] <= cfg.rule.target_kl
+    m.put("onehead_old_rule", "PARTIAL" if old else "REFUTED", "verdict", "one head: the superseded rule's reading")
     paper = StickyMarkovTask(length=2000, stay=PAPER_STAY, noise=PAPER_NOISE, means_seed=cfg.seed)
-    seq = _paper_sequence(cfg, paper)
-    m.put("paper_setting_kl_no_context", float(kl_bits(seq.posterior, no_context_posterior(paper, seq)).mean()),
+    seq = paper.sample(seeds.torch_generator(cfg.seed, "paper-sequence"))
+    m.put("paper_setting_kl_no_context", float(kl_bits(seq.posterior, oh.no_context_posterior(paper, seq)).mean()),
           "bits", "paper's chain (stay 0.3, noise 1): KL(Bayes ‖ no-context predictor)")  # fmt: skip
-    m.put("paper_setting_kl_uniform", float(kl_bits(seq.posterior, torch.full_like(seq.posterior, 0.125)).mean()),
-          "bits", "paper's chain (stay 0.3, noise 1): KL(Bayes ‖ uniform predictor)")  # fmt: skip
 
 
 def measure(cfg: Config, ctx: Context) -> Measured:
-    """The exact controls, the paired runs (init and trained KL, held out) and the references (module docstring)."""
+    """The deciding testbed (shared fits), then the one head (reported); module docstring."""
     start = time.perf_counter()
-    c = cfg.chain
-    task = StickyMarkovTask(
-        length=c.length, stay=c.stay, noise=c.noise, means_seed=cfg.seed
-    )  # the chain: one per seed, as the testbed's
-    train, held = _sequences(cfg, task)
-    x_held = torch.stack([s.inputs for s in held]) / (c.noise if c.scale_inputs else 1.0)  # (H, T, D)
-    post = torch.stack([s.posterior for s in held])  # (H, T, C)
-    runs = _train(cfg, train, x_held, post)
     m = Measured()
-    m.drawn["curves"] = runs["curves"]
-    _controls(m, cfg, task, held, post)
-    for key, value in paired_metrics(runs["init"], runs["trained"]).items():
-        m.put(key, value, *_PAIRED_LABELS[key])
-    m.put("context_free_ceiling", 1.0 - m["kl_no_context"] / m["kl_init_mean"], "fraction",
-          "most of the gap a predictor of x_t alone can close")  # fmt: skip
-    m.put("target_gap_closed", 1.0 - cfg.rule.target_kl / m["kl_init_mean"], "fraction",
-          "share of the gap closed at the target KL")  # fmt: skip
-    m.put("bayes_train_loss", sum(_cross_entropy(s.posterior, s.targets) for s in train) / cfg.n_sequences,
-          "nats", "Bayes predictive's cross-entropy on the training sequences")  # fmt: skip
-    m.put("no_context_train_loss",
-          sum(_cross_entropy(no_context_posterior(task, s), s.targets) for s in train) / cfg.n_sequences,
-          "nats", "no-context predictor's cross-entropy on the training sequences")  # fmt: skip
-    m.put("kl_training_sequence_init_mean", float(runs["own_init"].mean()), "bits",
-          "KL(Bayes ‖ model) on the run's own training sequence, at initialisation, mean")  # fmt: skip
-    m.put("kl_training_sequence_trained_mean", float(runs["own_trained"].mean()), "bits",
-          "KL(Bayes ‖ model) on the run's own training sequence, after training, mean")  # fmt: skip
-    m.put("initial_train_loss_mean", float(runs["curves"][0].mean()), "nats", "training cross-entropy at step 0, mean")
-    m.put("final_train_loss_mean", float(runs["curves"][-1].mean()), "nats", "training cross-entropy at the end, mean")
-    _paper_setting(m, cfg)
-    m.put("kl_init_per_run", runs["init"].tolist(), "bits", "KL(Bayes ‖ model) at initialisation, per run")
-    m.put("kl_trained_per_run", runs["trained"].tolist(), "bits", "KL(Bayes ‖ model) after training, per run")
-    m.put("d_per_run", (runs["init"] - runs["trained"]).tolist(), "bits", "paired improvement d, per run")
-    m.put("n_inits", cfg.n_inits, "count", "random initialisations")
-    m.put("n_sequences", cfg.n_sequences, "count", "training sequences")
-    m.put("manifold_angle_part", "not tested here (experiment sticky_manifold)", "text",
-          "the manifold-angle half of the skeptic's test")  # fmt: skip
+    runs = _testbed_fits(cfg, ctx, m)
+    kl_init, kl_trained = (torch.tensor(runs[k], dtype=torch.float64) for k in ("init", "trained"))
+    _put_paired(m, "", "testbed", kl_init, kl_trained)
+    m.put("d_per_run", (kl_init - kl_trained).tolist(), "bits", "testbed: paired improvement d, per init")
+    m.put("control_kl_per_run", runs["control"], "bits", "testbed, other-window-label control: KL, per control")
+    m.put("control_d_per_run", [runs["init"][i] - k for i, k in enumerate(runs["control"])], "bits",
+          "testbed, control: KL(init) − KL(control), per control (its own init)")  # fmt: skip
+    m.put("plateau_drop_per_run", runs["drop"], "bits", "testbed: last-fifth KL drop, per init")
+    old = m["d_mean"] > cfg.rule.sigmas * m["d_sd"] and m["kl_trained_mean"] <= cfg.rule.target_kl
+    m.put("old_target_verdict", "PARTIAL" if old else "REFUTED", "verdict",
+          "testbed: the verdict with the superseded 0.03-bit target in place of the bar, reported")  # fmt: skip
+    m.drawn.update(runs)
+    _onehead(cfg, m)
     m.put("wall_s", time.perf_counter() - start, "s", "wall time of the measurement")
     return m
 
 
 def criteria(cfg: Config, m: Metrics) -> list[Criterion]:
-    """Setting check, positive control, the paired > 2σ improvement, the posterior target (module docstring)."""
-    r = cfg.rule
-    return [
-        criterion("KL(Bayes || no-context) / target_kl", m["kl_no_context"] / r.target_kl, ">=", r.context_ratio),
-        criterion(f"KL(Bayes || window-{r.positive_window} filter), bits", m["kl_positive_control"], "<=", r.target_kl),
-        criterion("mean paired improvement d = KL(init) - KL(trained), bits", m["d_mean"], ">", r.sigmas * m["d_sd"]),
-        criterion("KL(Bayes || trained), bits", m["kl_trained_mean"], "<=", r.target_kl),
-    ]
+    """Gates: context, positive control, plateau, the control fails; tests: the paired > 2σ gain, tracking."""
+    r, frac, k = cfg.rule, cfg.sticky.track_fraction, cfg.rule.positive_window
+    rows: list[tuple[Role, str, float, Comparison, float]] = [
+        ("gate", "testbed: KL(Bayes || no-context) / target_kl (the setting needs context)",
+         m["kl_no_context"] / r.target_kl, ">=", r.context_ratio),
+        ("gate", f"testbed: KL(Bayes || window-{k} filter), bits (the positive control meets the bar)",
+         m["kl_positive_control"], "<=", m["tracking_bar"]),
+        ("gate", "testbed: max over inits of the last-fifth KL drop / plateau allowance",
+         m["plateau_in_bars_max"], "<=", 1.0),
+        ("gate", "other-window-label control: min KL / no-context KL (it fails the tracking test)",
+         m["control_track_ratio_min"], ">", frac),
+        ("test", "testbed: mean paired improvement d = KL(init) - KL(trained), bits", m["d_mean"], ">",
+         r.sigmas * m["d_sd"]),
+        ("test", "testbed: max over inits of KL(trained) / KL(no-context)", m["track_ratio_max"], "<=", frac),
+    ]  # fmt: skip
+    return [criterion(name, value, op, thr, role=role) for role, name, value, op, thr in rows]
 
 
 def verdict(cfg: Config, m: Metrics, crit: list[Criterion]) -> Verdict:
-    """PARTIAL when the setting cannot decide or the posterior half is met; REFUTED when either half fails."""
-    setting, positive, improved, tracked = crit
-    if not (setting.passed and positive.passed):
-        return gated("PARTIAL", crit)
+    """PARTIAL if both tests hold (the posterior half met), REFUTED if either fails; UNDECIDED if a gate fails."""
+    improved, tracked = (c for c in crit if c.role == "test")
     return gated("PARTIAL" if improved.passed and tracked.passed else "REFUTED", crit)
 
 
 def summary(cfg: Config, m: Metrics, v: Verdict) -> str:
-    r = cfg.rule
-    setting, positive, improved, tracked = criteria(cfg, m)
+    frac = cfg.sticky.track_fraction
     numbers = (
-        f"KL(Bayes || model) on held-out sequences {m['kl_init_mean']:.4f} bits at random initialisation, "
-        f"{m['kl_trained_mean']:.4f} after the paper's training (target {r.target_kl:g}; no-context predictor "
-        f"{m['kl_no_context']:.3f}, window-{r.positive_window} filter {m['kl_positive_control']:.4f}); paired "
-        f"improvement {m['d_mean']:.4f} ± {m['d_sd']:.4f} bits (mean ± sd over {m['n_runs']:.0f} runs, "
-        f"{m['d_in_sd']:.2f}σ; se {m['d_se']:.4f}), {100 * m['gap_closed']:.1f}% of the gap to the posterior"
+        f"on the shared sticky testbed ({m['n_runs']:.0f} inits) KL(Bayes || model) {m['kl_init_mean']:.3f} bits at "
+        f"random init, {m['kl_trained_mean']:.4f} trained (worst {m['kl_trained_max']:.4f}, {m['track_ratio_max']:.3f} "
+        f"of the no-context {m['kl_no_context']:.3f}; bar {frac:g}); paired improvement {m['d_mean']:.4f} ± "
+        f"{m['d_sd']:.4f} bits ({m['d_in_sd']:.1f}σ); the other-window-label control {m['control_track_ratio_min']:.2f}"
+        f" of no-context; the one head (reported) {m['onehead_kl_trained_mean']:.3f} bits after the paper's SGD, best"
+        f" fit in its class {m['onehead_best_fit_kl']:.3f} (target {cfg.rule.target_kl:g}"
+        f"{'' if m['onehead_represents'] else ': it cannot represent the filter'})"
     )
-    if not (setting.passed and positive.passed):
-        return (
-            f"Undecided: the setting cannot separate posterior tracking from a single-token classifier (no-context "
-            f"{m['kl_no_context']:.3f} bits, need >= {r.context_ratio:g} x {r.target_kl:g}; window-"
-            f"{r.positive_window} filter {m['kl_positive_control']:.4f}, need <= {r.target_kl:g}): {numbers}."
-        )
+    if v == "UNDECIDED":
+        failed = ", ".join(c.metric for c in criteria(cfg, m) if c.role == "gate" and not c.passed)
+        return f"Undecided: a gate failed ({failed}), so the tests are not read: {numbers}."
     if v == "PARTIAL":
-        return f"Posterior part met: {numbers}. The manifold part is not tested here (sticky_manifold)."
-    far = f"stays far from the posterior ({m['kl_trained_mean']:.3f} > {r.target_kl:g} bits)"
-    if not improved.passed:
-        why = f"does not improve by > {r.sigmas:g}σ of the paired differences" + (
-            "" if tracked.passed else f" and {far}"
-        )
-    else:
-        why = f"improves by > {r.sigmas:g}σ but {far}"
-    return f"Posterior part not met: training {why}: {numbers}. The manifold part is not tested here."
+        return f"Posterior part met: {numbers}. The manifold part is sticky_manifold's."
+    improved, tracked = (c.passed for c in criteria(cfg, m) if c.role == "test")
+    why = [] if improved else [f"does not improve by > {cfg.rule.sigmas:g}σ of the paired differences"]
+    why += [] if tracked else [f"does not reach the posterior ({m['track_ratio_max']:.3f} > {frac:g} of no-context)"]
+    return f"Posterior part not met: training {' and '.join(why)}: {numbers}. The manifold part is not tested here."
 
 
 def details(cfg: Config, m: Metrics) -> str:
-    """The setting, the training, the references and the exact controls, in words (shown under the verdict)."""
-    c, t, r = cfg.chain, cfg.training, cfg.rule
-    ladder = ", ".join(f"{m[f'kl_window_{k}']:.4f}" for k in cfg.ladder())
-    scaling = "The model reads x / noise: the paper's unit noise around means shrunk by 1/noise. "
+    """The setting, the controls and the one head, in words (shown under the verdict)."""
+    tb, r, c, t, o = cfg.testbed(), cfg.rule, cfg.chain, cfg.training, cfg.onehead
+
+    def nums(key: str, f: str = ".4f") -> str:
+        return ", ".join(f"{v:{f}}" for v in (m[key] if isinstance(m[key], list) else [m[key]]))
+
     return (
-        f"Setting: stay {c.stay:g}, noise {c.noise:g} (paper: {PAPER_STAY:g}, {PAPER_NOISE:g}), chosen from the "
-        f"exact posterior before training so that the no-context predictor is >= {r.context_ratio:g}x further "
-        f"from Bayes than the {r.target_kl:g}-bit target; on the held-out sequences it is {m['kl_no_context']:.3f} "
-        f"bits ({m['kl_no_context'] / r.target_kl:.0f}x), the uniform predictor {m['kl_uniform']:.3f}. At the "
-        f"paper's setting the no-context predictor is {m['paper_setting_kl_no_context']:.4f} bits from Bayes (uniform "
-        f"{m['paper_setting_kl_uniform']:.3f}): there the task needs almost no context. "
-        f"{scaling if c.scale_inputs else ''}"
-        f"{cfg.n_inits} initialisations x {cfg.n_sequences} training sequences of T = {c.length}, each run "
-        f"evaluated on the same {cfg.n_heldout} held-out sequences; the paper's full-batch SGD, lr {t.lr:g}, "
-        f"{t.steps} steps: training loss {m['initial_train_loss_mean']:.3f} -> {m['final_train_loss_mean']:.3f} "
-        f"nats (log 8 = {math.log(8):.3f}; the no-context predictor {m['no_context_train_loss']:.3f}, Bayes "
-        f"{m['bayes_train_loss']:.3f}). On the training sequences themselves KL(Bayes || model) goes "
-        f"{m['kl_training_sequence_init_mean']:.4f} -> {m['kl_training_sequence_trained_mean']:.4f} bits. "
-        f"Paired differences d = KL(init) - KL(trained) (held out): mean {m['d_mean']:.4f} bits, "
-        f"sd {m['d_sd']:.4f}, se {m['d_se']:.4f}; per-run gap closed {100 * m['gap_closed_min']:.1f}% to "
-        f"{100 * m['gap_closed_max']:.1f}%. Reaching the target means closing {100 * m['target_gap_closed']:.0f}% of "
-        f"the gap; a context-free predictor can close at most {100 * m['context_free_ceiling']:.0f}%. Exact "
-        f"controls, windowed Bayes filters over the last k = {', '.join(map(str, cfg.ladder()))} inputs: {ladder} "
-        f"bits (k = 1 is the no-context predictor; k = {r.positive_window} is the positive control). The head has no "
-        "positional information: its output at t depends on x_t and the unordered set of earlier inputs, so it "
-        "cannot tell which earlier input came last, the one the filter weighs most; how far a well-trained head gets "
-        "is not measured. The manifold half of the skeptic's test (principal angles against the companion's "
-        "manifold basis) is not tested here; it is the separate experiment sticky_manifold."
+        f"Deciding arm, the shared sticky testbed (sticky_manifold's fits): stay {tb.stay:g}, noise {tb.noise:g}, T = "
+        f"{tb.length}, a {tb.n_layers}-layer transformer with learned positions, labels sampled from the chain, Adam "
+        f"lr {tb.lr:g} {tb.schedule}, {tb.steps} steps; {cfg.sticky.n_inits} inits, each against itself at random "
+        f"init on the same {tb.eval_size} held-out windows: KL at init {nums('kl_init_per_run')}, trained "
+        f"{nums('kl_trained_per_run')} bits. Exact controls, the Bayes filters over the "
+        f"last k = {', '.join(map(str, cfg.ladder()))} inputs {', '.join(nums(f'kl_window_{k}') for k in cfg.ladder())}"
+        f" bits (k = 1: no context; k = {r.positive_window}: the positive control; bar {m['tracking_bar']:.4f}). "
+        f"Other-window-label control(s): KL {nums('control_kl_per_run', '.3f')} bits (d against their init "
+        f"{nums('control_d_per_run', '+.3f')}). Worst last-fifth drop {m['plateau_in_bars_max']:.2f} of the "
+        f"allowance. With the superseded target (mean KL <= {r.target_kl:g} bits) in place of the bar the rule reads "
+        f"{m['old_target_verdict']}. One head (reported; no positions, no residual, no MLP): stay {c.stay:g}, noise "
+        f"{c.noise:g} (paper {PAPER_STAY:g}, {PAPER_NOISE:g}, where no-context is "
+        f"{m['paper_setting_kl_no_context']:.4f} bits from Bayes), {o.n_inits} inits x {o.n_sequences} sequences of "
+        f"T = {c.length}; the paper's SGD (lr {t.lr:g}, {t.steps} steps): KL {m['onehead_kl_init_mean']:.3f} -> "
+        f"{m['onehead_kl_trained_mean']:.3f} bits (d {m['onehead_d_mean']:.4f} ± {m['onehead_d_sd']:.4f}; training "
+        f"loss {m['onehead_train_loss_final']:.3f} nats); no-context {m['onehead_kl_no_context']:.3f}, windows "
+        f"{', '.join(nums(f'onehead_kl_window_{k}') for k in cfg.ladder() if k > 1)}; the superseded rule reads "
+        f"{m['onehead_old_rule']}. Its best fit (Adam lr {o.fit_lr:g}, {o.fit_steps} steps on the exact posterior of "
+        f"the held-out sequences themselves, best of {o.n_inits} inits) {m['onehead_best_fit_kl']:.3f} bits against "
+        f"the {r.target_kl:g}-bit target: it {'reaches' if m['onehead_represents'] else 'cannot represent'} the filter."
     )
 
 
 def figures(cfg: Config, m: Measured, ctx: Context) -> list[str]:
-    """Per-run KL at init and after training against the exact controls; the training-loss curves."""
+    """The testbed's per-init KL (init, trained, control) against the exact controls, its training histories, and
+    the one head's runs with its best fit."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    ax, t, r = axes[0], cfg.training, cfg.rule
-    runs = list(range(len(m["kl_init_per_run"])))
-    ax.plot(runs, m["kl_init_per_run"], "o", ms=4, label="random initialisation")
-    ax.plot(runs, m["kl_trained_per_run"], "s", ms=4, mfc="none", label=f"after SGD (lr {t.lr:g}, {t.steps} steps)")
-    ax.axhline(m["kl_uniform"], color="0.5", ls=":", lw=1, label="uniform")
-    for i, k in enumerate((1, *r.windows)):
-        label = "no-context predictor (window 1)" if k == 1 else f"Bayes filter over the last {k} inputs"
-        ax.axhline(m[f"kl_window_{k}"], color=f"C{i + 2}", ls="--", lw=1, label=label, zorder=3)
-    ax.axhline(r.target_kl, color="k", lw=2, alpha=0.4, label=f"target {r.target_kl:g} bits", zorder=2)
-    ax.set_yscale("log")
-    ax.set(xlabel="run (initialisation x training sequence)", ylabel="KL(Bayes ‖ predictor), bits (held out)",
-           title=f"Posterior error (stay {cfg.chain.stay:g}, noise {cfg.chain.noise:g})")  # fmt: skip
-    ax.legend(fontsize=7, loc="lower left", framealpha=0.9)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    ax = axes[0]
+    for i, key in enumerate(("kl_init_per_run", "kl_trained_per_run", "control_kl_per_run")):
+        ax.plot([i] * len(m[key]), m[key], "o^x"[i], ms=6)
+    for j, k in enumerate(cfg.ladder()):
+        ax.axhline(m[f"kl_window_{k}"], color=f"C{j + 2}", ls="--", lw=1, label=f"Bayes filter, last {k} inputs")
+    ax.axhline(m["tracking_bar"], color="k", lw=2, alpha=0.4, label=f"bar: {cfg.sticky.track_fraction:g} × no-context")
+    ax.set_xticks(range(3), ["random init", "trained", "other-window labels"], fontsize=8)
+    ax.set(yscale="log", ylabel="KL(Bayes ‖ predictor), bits (held out)", title="Sticky testbed (deciding)")
+    ax.legend(fontsize=7)
     ax = axes[1]
-    curves = m.drawn["curves"]  # (L, R) nats
-    steps = [min(i * t.log_every, t.steps - 1) for i in range(curves.shape[0])]
-    for run_ in range(curves.shape[1]):
-        ax.plot(steps, curves[:, run_].tolist(), color="C1", lw=0.7, alpha=0.7)
-    ax.axhline(math.log(8), color="0.5", ls=":", label="log 8 (uniform)")
-    ax.axhline(m["no_context_train_loss"], color="C2", ls="--", lw=1, label="no-context predictor")
-    ax.axhline(m["bayes_train_loss"], color="k", ls="--", lw=1, label="Bayes predictive")
-    ax.set(xlabel="SGD step", ylabel="training cross-entropy (nats)", title="Training loss, every run")
+    n, labels = len(m["kl_trained_per_run"]), {0: "trained", len(m["kl_trained_per_run"]): "other-window labels"}
+    for j, h in enumerate(m.drawn["history"]):
+        ax.plot(m.drawn["steps"][0], h, color="C1" if j < n else "C2", lw=1, label=labels.get(j))
+    ax.axhline(m["kl_no_context"], color="k", ls="--", lw=1, label="no-context predictor")
+    ax.axhline(m["tracking_bar"], color="k", ls=":", lw=1, label="tracking bar")
+    ax.set(yscale="log", xlabel="step", ylabel="held-out KL, bits", title="Sticky testbed: training (per init)")
+    ax.legend(fontsize=7)
+    ax = axes[2]
+    for i, key in enumerate(("onehead_kl_init_per_run", "onehead_kl_trained_per_run", "onehead_best_fit_per_run")):
+        ax.plot([i] * len(m[key]), m[key], "os^"[i], ms=5, mfc="none")
+    ax.axhline(m["onehead_kl_no_context"], color="C2", ls="--", lw=1, label="no-context predictor")
+    ax.axhline(cfg.rule.target_kl, color="k", lw=2, alpha=0.4, label=f"target {cfg.rule.target_kl:g} bits")
+    ax.set_xticks(range(3), ["random init", "paper's SGD", "best fit"], fontsize=8)
+    ax.set(yscale="log", ylabel="KL(Bayes ‖ head), bits", title="One head (reported, no positions)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     return [ctx.save_figure(fig, "sticky_sculpting", dpi=100)]
@@ -391,14 +436,14 @@ def run(cfg: Config, ctx: Context) -> Result:
 
 EXPERIMENT = Experiment(
     name="sticky_sculpting",
-    title="Sticky Markov chain: does training bring the head to the Bayes posterior, beyond its random init?",
+    title="Sticky Markov chain: does training bring the model to the Bayes posterior, beyond its random init?",
     claim=(
         "the central claim that these dynamics 'sculpt the low-dimensional manifolds identified in our companion "
         "work' is supported only by qualitative specialization in the sticky Markov-chain simulations (§4)."
     ),
     source=(
         "review-gradient-dynamics-of-attention: skeptic's load-bearing attack and concrete test, posterior "
-        "half (arXiv 2512.22473 §4.2)"
+        "half (arXiv 2512.22473 §4.2); decided on the shared sticky testbed"
     ),
     Config=Config,
     run=run,

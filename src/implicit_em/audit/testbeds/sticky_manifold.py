@@ -72,7 +72,7 @@ from implicit_em.audit.testbeds.one_head import (
 )
 from implicit_em.probes.attention import attention
 from implicit_em.windtunnel.metrics import entropy_bits
-from implicit_em.windtunnel.sticky import StickyTestbed
+from implicit_em.windtunnel.sticky import StickyBatch, StickyTestbed
 from implicit_em.windtunnel.tasks import StickyMarkovTask, StickySequence
 
 __all__ = [
@@ -95,6 +95,7 @@ __all__ = [
     "planted_testbed_model",
     "put_paired",
     "readout_subspace",
+    "shared_design",
     "shuffle_labels",
     "shuffled_labels",
     "subspace_scores",
@@ -357,6 +358,19 @@ class ShuffledLabels(StickyTestbed):
 def shuffled_labels(tb: StickyTestbed, shuffle_seed: int) -> ShuffledLabels:
     fields = {f.name: getattr(tb, f.name) for f in dataclasses.fields(tb) if f.init}
     return ShuffledLabels(**fields, shuffle_seed=shuffle_seed)
+
+
+def shared_design(
+    tb: StickyTestbed, seed: int, n_inits: int, n_shuffled: int
+) -> tuple[StickyBatch, list[int], list[ShuffledLabels]]:
+    """``sticky_manifold``'s deciding design at ``seed``, for every claim that reads the same fits
+    (``sticky_fits.trained`` caches them by testbed, init seed and held-out batch): the held-out windows, the
+    ``n_inits`` init seeds (each the model's init and its stream), and the other-window-label controls, control i
+    trained from init i."""
+    held = tb.eval_batch(seeds.derive(seed, "sticky-held"))
+    inits = [seeds.derive(seed, "sticky", i) for i in range(n_inits)]
+    controls = [shuffled_labels(tb, seeds.derive(seed, "sticky-shuffle", i)) for i in range(n_shuffled)]
+    return held, inits, controls
 
 
 # ----------------------------------------------------------------------------------- paired statistics, declared
