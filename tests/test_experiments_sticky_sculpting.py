@@ -47,8 +47,9 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
     return EXPERIMENT.run(Config.quick(), Context(run_dir)), run_dir
 
 
-def _decide(m: dict[str, Any], cfg: Config) -> tuple[str, str]:
+def _decide(values: dict[str, Any], cfg: Config) -> tuple[str, str]:
     """The verdict and the summary, as ``run`` composes them."""
+    m = Metrics(values)
     v = verdict(cfg, m, criteria(cfg, m))
     return v, summary(cfg, m, v)
 
@@ -201,7 +202,7 @@ def test_the_rule_on_planted_outcomes() -> None:
         for tests in ({}, {"track_ratio_max": 0.3}):  # whether the tests pass or not
             v, text = _decide(_planted(**over, **tests), cfg)
             assert v == "UNDECIDED" and text.startswith("Undecided") and name in text, (name, tests)
-    assert roles(criteria(cfg, _planted())) == {"test": 2, "gate": 4, "identity": 0}
+    assert roles(criteria(cfg, Metrics(_planted()))) == {"test": 2, "gate": 4, "identity": 0}
 
 
 def _small() -> Config:
@@ -251,9 +252,10 @@ def test_planted_fits_carry_through_the_run(
 def test_quick_run_is_consistent(result: tuple[Result, Path]) -> None:
     res, run_dir = result
     m, cfg = res.metrics, Config.quick()
+    assert isinstance(m, Metrics)  # as measured, with its declarations
     assert res.verdict == _decide(m, cfg)[0] and roles(res.criteria) == {"test": 2, "gate": 4, "identity": 0}
     assert [c.metric for c in res.criteria] == [c.metric for c in criteria(cfg, m)]
-    assert set(res.metrics.declared) == set(m)  # every metric declared with its unit and label
+    assert set(m.declared) == set(m)  # every metric declared with its unit and label
     d = torch.tensor(m["d_per_run"], dtype=torch.float64)
     assert len(d) == cfg.sticky.n_inits and len(m["control_kl_per_run"]) == cfg.sticky.n_shuffled
     torch.testing.assert_close(d, torch.tensor(m["kl_init_per_run"], dtype=torch.float64)
