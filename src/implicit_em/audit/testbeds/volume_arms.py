@@ -17,6 +17,7 @@ Everything is float64. Measures on held-out inputs: :func:`spread` (SimSiam's co
 :func:`effective_rank` of the normalised features.
 """
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -30,12 +31,24 @@ __all__ = [
     "Data",
     "Siamese",
     "SiameseSnapshot",
+    "Spec",
+    "Trace",
     "effective_rank",
+    "encode",
+    "exp_information",
+    "init_params",
     "kmeans_ari",
+    "log_responsibilities",
+    "log_volume",
     "make_data",
+    "mixture_loss",
+    "optimizer",
     "siamese_loss",
     "siamese_optimizer",
     "spread",
+    "stack_data",
+    "total_variance",
+    "train_mixture",
     "train_siamese",
 ]
 
@@ -220,3 +233,167 @@ def kmeans_ari(z: Tensor, y: Tensor, k: int, seed: int) -> float:
         warnings.simplefilter("ignore", ConvergenceWarning)
         labels = KMeans(k, n_init=3, random_state=seed).fit_predict(zn)
     return float(adjusted_rand_score(y.numpy(), labels))
+
+
+# --- the scale-sensitive testbed (the deciding one since the evidence pass) ------------------------------------------
+#
+# R replicate encoders are trained at once, every parameter carrying a leading replicate axis, on the paper's own
+# distance objective without its volume term, L⁻ = −log Σ_j (1/K) exp(−½‖f(x) − μ_j‖²) (§2.2, §3.4, §6.2), with K
+# learnt prototypes μ_j. L⁻ ≥ 0, with 0 only where every input maps onto one point: the collapse §6.2 describes is
+# its optimum, and its value depends on the features' scale, so what a mechanism does to the scale is seen by the
+# loss. Replicates never mix: each one's loss is a separate term of the summed loss, and AdamW updates every
+# entry from its own gradient.
+
+
+def stack_data(sets: list[Data]) -> Data:
+    """R data sets, one per replicate, as one :class:`Data` whose tensors carry a leading replicate axis."""
+    return Data(*(torch.stack([getattr(d, f) for d in sets]) for f in ("x_train", "y_train", "x_test", "y_test")))
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One arm of the scale-sensitive testbed: the mechanisms it adds to the bare encoder (all off: ``none``)."""
+
+    decay: float = 0.0  # AdamW's decoupled weight decay on the encoder's weight matrices (not biases, gains, μ)
+    layernorm: str = ""  # "": none; "gain": LayerNorm on the output features with a learnt gain and bias; "nogain"
+    residual: int = 0  # residual blocks: 0 the bare MLP, 1 z = x + g₁(x), 2 y = x + g₁(x), z = y + g₂(y)
+    volume: float = 0.0  # weight of the volume term −log_volume(z) (the positive control)
+    init: str = "init"  # the name of the init stream (another name: a placebo, ``none`` from other draws)
+
+    def __post_init__(self) -> None:
+        if self.layernorm not in ("", "gain", "nogain") or self.residual not in (0, 1, 2) or self.decay < 0:
+            raise ValueError(f"not an arm: {self}")
+
+
+def _uniform(shape: tuple[int, ...], fan_in: int, gen: torch.Generator) -> Tensor:
+    return (torch.rand(shape, generator=gen, dtype=F64) * 2 - 1) / math.sqrt(fan_in)
+
+
+def _block(r: int, d: int, hidden: int, gen: torch.Generator) -> dict[str, Tensor]:
+    """One MLP block per replicate, torch.nn.Linear's default initialisation."""
+    return {
+        "W1": _uniform((r, hidden, d), d, gen),
+        "b1": _uniform((r, hidden), d, gen),
+        "W2": _uniform((r, d, hidden), hidden, gen),
+        "b2": _uniform((r, d), hidden, gen),
+    }
+
+
+def _mlp(p: dict[str, Tensor], x: Tensor, tag: str = "") -> Tensor:
+    """W₂ relu(W₁x + b₁) + b₂ per replicate: x (R, N, D) → (R, N, D)."""
+    h = torch.relu(torch.baddbmm(p["b1" + tag].unsqueeze(1), x, p["W1" + tag].transpose(1, 2)))
+    return torch.baddbmm(p["b2" + tag].unsqueeze(1), h, p["W2" + tag].transpose(1, 2))
+
+
+def encode(spec: Spec, p: dict[str, Tensor], x: Tensor) -> Tensor:
+    """The features z, (R, N, D), of inputs x, (R, N, D), or (N, D) shared by the replicates."""
+    x = x if x.dim() == 3 else x.expand(p["W1"].shape[0], *x.shape)
+    z = _mlp(p, x) + (x if spec.residual else 0)
+    if spec.residual == 2:
+        z = z + _mlp(p, z, "_2")
+    if spec.layernorm:
+        z = F.layer_norm(z, z.shape[-1:])
+        if spec.layernorm == "gain":
+            z = z * p["gain"].unsqueeze(1) + p["bias"].unsqueeze(1)
+    return z
+
+
+def init_params(spec: Spec, x_train: Tensor, r: int, k: int, hidden: int, gen: torch.Generator) -> dict[str, Tensor]:
+    """Block 1, then block 2, from ``gen`` in that order, so the arms of one replicate share W₁, W₂ (a placebo draws
+    from another stream); each block's output layer is rescaled so its output starts with mean variance 1 per
+    replicate; the K prototypes start at the features of K training inputs drawn from ``gen`` after the blocks."""
+    d = x_train.shape[-1]
+    p = _block(r, d, hidden, gen)
+    second = {k + "_2": v for k, v in _block(r, d, hidden, gen).items()}
+    x = x_train if x_train.dim() == 3 else x_train.expand(r, *x_train.shape)
+    p["W2"] = p["W2"] / _mlp(p, x).var(1).mean(1).sqrt()[:, None, None]
+    if spec.residual == 2:
+        p.update(second)
+        y = x + _mlp(p, x)
+        p["W2_2"] = p["W2_2"] / _mlp(p, y, "_2").var(1).mean(1).sqrt()[:, None, None]
+    if spec.layernorm == "gain":
+        p["gain"], p["bias"] = torch.ones(r, d, dtype=F64), torch.zeros(r, d, dtype=F64)
+    pick = torch.stack([torch.randperm(x.shape[1], generator=gen)[:k] for _ in range(r)])
+    with torch.no_grad():
+        z = encode(spec, p, x)
+    p["mu"] = torch.gather(z, 1, pick.unsqueeze(-1).expand(r, k, d))
+    return {name: v.clone().requires_grad_(True) for name, v in p.items()}
+
+
+def total_variance(z: Tensor) -> Tensor:
+    """tr Cov(z) per replicate, (R,): the mean squared distance of the features to their mean (×N/(N−1))."""
+    return z.var(1).sum(-1)
+
+
+def log_volume(z: Tensor) -> Tensor:
+    """½ log det(Cov(z) + 10⁻⁶ I)/D per replicate, (R,): the log of the features' geometric-mean spread."""
+    zc = z - z.mean(1, keepdim=True)
+    cov = zc.transpose(1, 2) @ zc / (z.shape[1] - 1)
+    return 0.5 * torch.logdet(cov + 1e-6 * torch.eye(z.shape[-1], dtype=z.dtype)) / z.shape[-1]
+
+
+def log_responsibilities(z: Tensor, mu: Tensor) -> Tensor:
+    """log r_nj = log softmax_j(−½‖z_n − μ_j‖²), (R, N, K), equal weights 1/K."""
+    return torch.log_softmax(-0.5 * torch.cdist(z, mu) ** 2, -1)
+
+
+def mixture_loss(spec: Spec, p: dict[str, Tensor], x: Tensor) -> Tensor:
+    """Per replicate, (R,): mean_n L⁻ = mean_n −log Σ_j (1/K) exp(−½‖z_n − μ_j‖²), minus ``volume`` × the log
+    volume for the positive control (the volume's D dimensions at the weight ``volume``·D)."""
+    z, mu = encode(spec, p, x), p["mu"]
+    e = -0.5 * torch.cdist(z, mu) ** 2
+    loss = -(torch.logsumexp(e, -1) - math.log(mu.shape[1])).mean(1)
+    return loss - spec.volume * z.shape[-1] * log_volume(z) if spec.volume else loss
+
+
+def exp_information(z: Tensor, mu: Tensor) -> Tensor:
+    """exp I(input; component) per replicate, (R,): 1 when the responsibilities are the same for every input
+    (trivialised), K when each input belongs to one component and the components are used equally."""
+    lr = log_responsibilities(z, mu)
+    r = lr.exp()
+    marg = r.mean(1, keepdim=True)
+    return (torch.special.xlogy(r, r).sum(-1).mean(1) - torch.special.xlogy(marg, marg).sum(-1).squeeze(1)).exp()
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Held-out measures at the snapshot steps, per replicate: (T,) steps and (R, T) values."""
+
+    steps: list[int]
+    total_variance: Tensor
+    log_volume: Tensor
+    exp_information: Tensor
+    loss: Tensor
+
+
+def optimizer(spec: Spec, p: dict[str, Tensor], lr: float) -> torch.optim.Optimizer:
+    """AdamW, decaying only the encoder's weight matrices (W₁, W₂ of each block) at ``spec.decay``."""
+    decayed = [v for name, v in p.items() if name.startswith("W")]
+    rest = [v for name, v in p.items() if not name.startswith("W")]
+    return torch.optim.AdamW([{"params": decayed, "weight_decay": spec.decay}, {"params": rest, "weight_decay": 0}], lr)
+
+
+def train_mixture(
+    spec: Spec, data: Data, r: int, k: int, hidden: int, steps: int, lr: float, eval_every: int, init: int
+) -> Trace:
+    """Full-batch AdamW (step ``lr``) on L⁻ of R replicates from the ``init`` stream, on ``data`` with (N, D) inputs
+    shared by the replicates or (R, N, D) inputs, one set each (:func:`stack_data`); held-out snapshots at step 0,
+    every ``eval_every`` steps and at the end (a replicate that diverges reads NaN from then on)."""
+    p = init_params(spec, data.x_train, r, k, hidden, torch.Generator().manual_seed(init))
+    opt = optimizer(spec, p, lr)
+    at: list[int] = []
+    rows: list[list[Tensor]] = []
+    for step in range(steps + 1):
+        if step % eval_every == 0 or step == steps:
+            with torch.no_grad():
+                z = encode(spec, p, data.x_test)
+                at.append(step)
+                rows.append([total_variance(z), log_volume(z), exp_information(z, p["mu"])])
+                rows[-1].append(mixture_loss(dataclasses.replace(spec, volume=0.0), p, data.x_test))
+        if step == steps:
+            break
+        opt.zero_grad()
+        mixture_loss(spec, p, data.x_train).sum().backward()
+        opt.step()
+    tv, lv, ei, ls = (torch.stack(col, 1) for col in zip(*rows, strict=True))
+    return Trace(at, tv, lv, ei, ls)
