@@ -1,10 +1,12 @@
 """two_timescale: the τ instrument on planted paths (exponential approach plus noise; pure noise), the ordering and
 specificity rules (planted effects), the stacked optimiser against torch's, the stacked forward passes, the gates
-(a non-tracking deciding arm makes the verdict UNDECIDED), and the quick run's consistency."""
+(a non-tracking deciding arm makes the verdict UNDECIDED), the quick run's consistency, and the companion's literal
+setting (its head, its groups, its streams, its readings on planted runs, the companion's own reading)."""
 
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -22,10 +24,13 @@ from implicit_em.audit.claims.two_timescale import (
 )
 from implicit_em.audit.core import Context, Result
 from implicit_em.audit.metrics import Metrics
+from implicit_em.audit.testbeds import two_timescale_companion as ttc
+from implicit_em.audit.testbeds.one_head import single_head_logits
 from implicit_em.audit.testbeds.two_timescale import (
     GROUPS,
     Protocol,
     StackedOptimiser,
+    Trajectories,
     displacement_times,
     drift_step,
     ema,
@@ -59,6 +64,7 @@ def _tiny() -> Config:
         testbed=dataclasses.replace(q.testbed, adam_steps=10, sgd_steps=10),
         one_head=dataclasses.replace(q.one_head, adam_steps=10, sgd_steps=20),
         chain=dataclasses.replace(q.chain, probe=8),
+        companion=ttc.Companion(length=30, steps=20, multipliers=(10.0,)),
     )
 
 
@@ -321,6 +327,11 @@ def test_quick_run_is_consistent(result: tuple[Result, Path]) -> None:
     # a smoke size: the sticky testbed trains 40 of its 4,000 steps, cannot track, and so cannot decide
     assert not m["sticky_adam_tracks"] and res.verdict == "UNDECIDED"
     assert (run_dir / res.figures[0]).is_file()
+    # the companion's literal setting, reported: its baseline's speed-up is 1 and every fraction has its orderings
+    assert m["companion_speed_up"]["baseline"] == [1.0] * cfg.n_seeds
+    assert set(m["companion_outcomes"]) == {"50%", "75%", "90%"}
+    assert all(len(o) == cfg.n_seeds for o in m["companion_outcomes"].values())
+    assert "companion's literal setting" in res.summary
 
 
 def test_every_stream_is_derived_from_the_seed_and_two_seeds_share_none() -> None:
@@ -334,3 +345,113 @@ def test_every_stream_is_derived_from_the_seed_and_two_seeds_share_none() -> Non
         assert a[key].initial_seed() != b[key].initial_seed()
     again = _streams(Config.full())
     assert again["models"] == a["models"] and again["data"] == a["data"]  # deterministic
+
+
+# ---------------------------------------------------------------------------------------------- the companion's setting
+
+
+def test_companion_head_is_the_one_head_head_and_its_groups_are_addressed() -> None:
+    params = {k: torch.randn(3, *shape, generator=torch.Generator().manual_seed(i), dtype=F64) for i, (k, shape) in
+              enumerate({"W_Q": (20, 10), "W_K": (20, 10), "W_V": (20, 15), "W_O": (15, 8)}.items())}  # fmt: skip
+    x = torch.randn(3, 40, 20, generator=torch.Generator().manual_seed(9), dtype=F64)
+    torch.testing.assert_close(ttc.head_logits(params, x), single_head_logits(params, x), rtol=1e-12, atol=1e-12)
+    runs = ttc.run_names((2.0, 10.0))
+    assert runs[:2] == ["baseline", "twin"] and len(runs) == 2 + 3 * 2
+    mult = ttc.group_multipliers(runs)
+    for r, run in enumerate(runs):
+        got = {k: float(v[r, 0, 0]) for k, v in mult.items()}
+        if run in ("baseline", "twin"):
+            assert set(got.values()) == {1.0}
+            continue
+        group, m = run.rsplit(" x", 1)
+        assert got == {k: float(m) if ttc.GROUP_OF[k] == group else 1.0 for k in got}
+
+
+def test_companion_streams_are_derived_and_the_pilot_shares_none_with_the_deciding_seeds() -> None:
+    deciding, pilot = ttc.streams(0, [0, 1, 2, 3, 4]), ttc.streams(0, [100, 101, 102])
+    pool = [lambda s: set(s["init"]), lambda s: {x for pair in s["data"] for x in pair}]
+    for pick in pool:
+        assert not pick(deciding) & pick(pilot)
+        assert not pick(deciding) & pick(ttc.streams(1, [0, 1, 2, 3, 4]))
+    assert len({x for pair in deciding["data"] for x in pair}) == 10  # a second sequence per seed: the twin's
+    assert deciding["means"] == pilot["means"] and deciding["means"] != ttc.streams(1, [0])["means"]
+
+
+def _planted_out(w_v_speed: float, other_speed: float, a_first: bool, n: int = 5) -> dict[str, Any]:
+    """:func:`ttc.train`'s output with planted trajectories (x10 only, 1,000 steps): probe losses falling linearly
+    to a floor, the baseline in 800 steps and each arm ``speed`` times sooner (seed noise 0.1 on the speed-up);
+    A and V exponential approaches (scales 20 and 150 steps, or the reverse); training losses the probe's."""
+    c = ttc.Companion(length=50, multipliers=(10.0,))
+    runs = ttc.run_names(c.multipliers)
+    g = torch.Generator().manual_seed(0)
+    loss_steps, steps = torch.arange(0, 1001, 5), torch.arange(0, 1001, 10)
+    speeds = {"baseline": 1.0, "twin": 1.0, "W_V x10": w_v_speed, "W_O x10": other_speed,
+              "W_Q/W_K x10": other_speed}  # fmt: skip
+    cols = []
+    for _ in range(n):
+        for r in runs:
+            s = speeds[r] if r in ("baseline", "twin") else speeds[r] + 0.1 * float(torch.randn(1, generator=g))
+            cols.append(1.0 + torch.clamp(1.0 - loss_steps.double() * s / 800, min=0.0))
+    ce = torch.stack(cols, 1)  # (201, n x runs)
+    scale = {"A": 20.0, "V": 150.0} if a_first else {"A": 150.0, "V": 20.0}
+    snaps = {}
+    for q in ("A", "V", "W_V", "W_QK"):
+        z0 = torch.randn(2 * n, 4, 3, generator=g, dtype=F64)
+        snaps[q] = torch.exp(-steps.double() / scale.get(q, 50.0))[:, None, None, None] * z0  # (101, 2n, 4, 3)
+    traj = Trajectories(steps, snaps, loss_steps, ce, 0.01 * ce, ce[:-1].repeat_interleave(5, 0))  # (1000, R)
+    return {"traj": traj, "final_train": ce[-1].float(), "bayes_train": torch.zeros(n * len(runs)),
+            "no_context_kl": 0.001, "minimum_loss": 1.0, "note": "planted", "wall_s": 0.0, "companion": c}  # fmt: skip
+
+
+@pytest.mark.parametrize(("w_v", "other", "specific"), [(2.0, 1.0, True), (2.0, 2.0, False)])
+def test_companion_readings_find_a_planted_w_v_only_speed_up_and_not_a_shared_one(
+    w_v: float, other: float, specific: bool
+) -> None:
+    rule = Config.full().rule
+    out = _planted_out(w_v, other, a_first=True)
+    c = out["companion"]
+    assert isinstance(c, ttc.Companion)
+    r = ttc.readings(out, c, rule.ratio, rule.reach_tol, rule.n_se)
+    assert r["specificity"]["x10"]["specific"] is specific
+    assert r["speed_up"]["baseline"] == [1.0] * 5
+    assert r["em_like"][0] == pytest.approx(2.0, abs=0.15)  # the planted 2x, within the seed noise
+    for f, t in r["tau"].items():  # A settles at 20 ln(1/(1-f)), V at 150 ln(1/(1-f)): A first at every fraction
+        assert t["outcomes"] == ["supports"] * 5, f
+    reverse = ttc.readings(_planted_out(w_v, other, a_first=False), c, rule.ratio, rule.reach_tol, rule.n_se)
+    assert all(t["outcomes"] == ["fails"] * 5 for t in reverse["tau"].values())
+    m = Metrics()
+    ttc.put(m, r, out, c)
+    assert not m.undeclared() and m["companion_specific"] == {"x10": specific}
+    assert ("not W_V-specific" in ttc.summary(m, c)) is not specific
+
+
+def test_the_companion_reading_known_answer() -> None:
+    """Threshold = the seeds' mean final baseline loss; steps = first step below it (all steps if never); speed-up
+    = steps / the mean of the steps, as ``em_vs_sgd_multiseed.py`` computes it."""
+    runs = ["baseline", "W_V x10"]
+    t = torch.arange(101, dtype=F64)
+    curves = {  # (seed, run) -> loss; baseline finals 1.0 and 1.2: threshold 1.1
+        (0, "baseline"): 2.0 - t / 100, (0, "W_V x10"): 2.0 - t / 40,
+        (1, "baseline"): 2.2 - t / 100, (1, "W_V x10"): 2.2 - t / 50,
+    }  # fmt: skip
+    loss = torch.stack([curves[(s, r)] for s in range(2) for r in runs], 1)  # (101, 4): 100 steps, then the final
+    out = ttc.companion_reading(loss, 2, runs)
+    assert out["threshold"] == pytest.approx(1.1)
+    assert out["steps"]["W_V x10"] == [37.0, 56.0]  # first t with 2 - t/40 < 1.1 and 2.2 - t/50 < 1.1
+    assert out["steps"]["baseline"] == [91.0, 100.0]  # seed 1 never gets below 1.1 before its last step
+    assert out["speed_up"]["W_V x10"] == pytest.approx(100 / 46.5)
+
+
+def test_companion_training_runs_end_to_end_on_a_tiny_chain() -> None:
+    c = ttc.Companion(length=24, steps=30, multipliers=(10.0,), probe_rows=6)
+    out = ttc.train(c, 0, [0, 1], 10, 5, 10.0)
+    runs = ttc.run_names(c.multipliers)
+    traj = out["traj"]
+    assert traj.probe_ce.shape == (7, 2 * len(runs)) and traj.snaps["A"].shape == (4, 4, 6, 24)
+    assert torch.all(traj.snaps["A"][:, :, 0, 1:] == 0)  # the first query row sees only itself
+    final = out["final_train"].reshape(2, len(runs))
+    assert not torch.equal(final[:, 0], final[:, 1])  # the twin trains on its own sequence
+    start = (traj.train_gap[0] + out["bayes_train"].double()).reshape(2, len(runs))
+    torch.testing.assert_close(start[:, 2:], start[:, :1].expand(-1, 3))  # one initialisation, one sequence
+    r = ttc.readings(out, c, 0.5, 0.01, 2.0)
+    assert r["speed_up"]["baseline"] == [1.0, 1.0] and 0.0 <= out["no_context_kl"] < 0.01
