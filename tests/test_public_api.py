@@ -67,6 +67,7 @@ PUBLIC_MODULES = [
     "implicit_em.audit.testbeds.manifold",
     "implicit_em.audit.testbeds.manifold_validation",
     "implicit_em.audit.testbeds.measured",
+    "implicit_em.audit.testbeds.mixture_classes",
     "implicit_em.audit.testbeds.mixture_ends",
     "implicit_em.audit.testbeds.mixture_paths",
     "implicit_em.audit.testbeds.one_head",

@@ -22,6 +22,7 @@ __all__ = [
     "manifold",
     "manifold_validation",
     "measured",
+    "mixture_classes",
     "mixture_ends",
     "mixture_paths",
     "one_head",
