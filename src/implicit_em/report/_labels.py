@@ -74,18 +74,22 @@ _CAPTIONS: dict[str, str] = {
     "specialisation": "Adjusted Rand index and component shares per start, for prototypes, gd and EM.",
     "volume_collapse": "log det Σ over training with and without the volume term, and the error of Σ with it.",
     "attention_law": "Attention gradient laws: residual of each law and of its control, per head and per part.",
-    "cross_entropy_regime": "Cross-entropy regime: the law's residual, accuracy and where the wrong-class "
-    "gradient goes over training.",
+    "cross_entropy_regime": "Cross-entropy regime: the law's residual, accuracy and the top competitor's share "
+    "of the wrong-class push over training, per arm (hard labels, smoothing, shuffled labels, sigmoids) and for "
+    "the uniform-logit control.",
     "bayes_necessity_curves": "Wind tunnel: KL to the Bayes posterior over training, per model.",
     "bayes_necessity_mae": "Wind tunnel: entropy MAE per model (bits).",
-    "sticky_sculpting": "Sticky Markov chain: KL to the Bayes update at init and after training, per run.",
+    "sticky_sculpting": "Sticky testbed (deciding): KL to the Bayes filter of each init at random initialisation "
+    "and after training, against the tracking bar, beside the other-window-label control; the companion's one head "
+    "(reported) and its best fit within its class.",
     "foundations": "Foundations: soft-minimum bounds, the Mahalanobis unit and the Hopfield identity.",
     "correntropy_robustness": "Correntropy against squared error with outliers: the fits, the shift of the "
     "means over seeds, and the gradient on an outlier.",
     "open_set": "Open-set recognition: AUROC of each score per OOD kind, and the shares flagged.",
     "mixing_weight_escape": "Mixing weights escaping from a bad start: the weights over training per fitter.",
-    "normalisation_as_volume": "Normalisation as volume: the spread of the normalised features per arm over "
-    "training, their effective rank, and the k-means ARI per replicate.",
+    "normalisation_as_volume": "Normalisation as volume: when and how often the features collapse under each "
+    "mechanism and dose, against the arm without one (the distance objective without its volume term), with the "
+    "volume-term and placebo controls.",
     "sticky_manifold": "Sticky testbed (deciding): alignment of the context read-out and the layer-1 value PCs with "
     "the symbol-mean span (mean cos² of principal angles) at init, after training and with shuffled labels; the "
     "held-out KL of every init against the tracking bar.",
