@@ -76,6 +76,7 @@ PUBLIC_MODULES = [
     "implicit_em.audit.testbeds.sticky_fits",
     "implicit_em.audit.testbeds.sticky_manifold",
     "implicit_em.audit.testbeds.two_timescale",
+    "implicit_em.audit.testbeds.two_timescale_companion",
     "implicit_em.audit.testbeds.unnormalised",
     "implicit_em.audit.testbeds.volume_arms",
     "implicit_em.cli",
