@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from implicit_em.audit.claims import advantage_ablation as aa
-from implicit_em.audit.core import Context, Criterion, gated
+from implicit_em.audit.core import Context, Criterion, criterion, gated
 from implicit_em.audit.testbeds import ablation_arms as arms
 from implicit_em.audit.testbeds import manifold
 from implicit_em.audit.testbeds.ablation import (
@@ -395,7 +395,8 @@ def test_verdict_combines_the_tasks() -> None:
     assert aa._rule(["necessary", "necessary"]) == "SUPPORTED"
     assert aa._rule(["necessary", "between"]) == "PARTIAL"
     m = {"outcome_bijection": "falsifier", "outcome_sticky": "between"}  # quick: only the sticky testbed decides
-    assert aa.verdict(aa.Config.quick(), m, []) == "PARTIAL" and aa.verdict(aa.Config.full(), m, []) == "REFUTED"
+    tests = [criterion("B / A KL ratio", 4.0, ">", 2.0)]  # a verdict rests on at least one test (core.gated)
+    assert aa.verdict(aa.Config.quick(), m, tests) == "PARTIAL" and aa.verdict(aa.Config.full(), m, tests) == "REFUTED"
 
 
 def test_the_quick_verdict_is_the_sticky_testbeds_and_the_full_one_reads_both_tasks() -> None:
