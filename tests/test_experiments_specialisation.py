@@ -144,6 +144,25 @@ def test_only_the_prototypes_decide(prototypes: tuple[float, float], gd: tuple[f
     assert verdict(Config(), m, crit) == expected
 
 
+@pytest.mark.parametrize(
+    ("prototypes", "gd", "old", "new"),
+    [
+        ((6 / 11, 10 / 11), (3 / 11, 7 / 11), "PARTIAL", "PARTIAL"),  # quick seed 0
+        ((9 / 11, 10 / 11), (6 / 11, 9 / 11), "PARTIAL", "SUPPORTED"),  # quick seed 3: 9 of 11, one start above the bar
+        ((8 / 11, 10 / 11), (6 / 11, 9 / 11), "PARTIAL", "PARTIAL"),  # seed 3 with one start fewer
+    ],
+)
+def test_the_quick_seeds_rates_under_both_rules(
+    prototypes: tuple[float, float], gd: tuple[float, float], old: str, new: str
+) -> None:
+    """The shares recorded at quick seeds 0 and 3 (/work/runs/referee-spec, the page; the quick run itself is too slow
+    under the tests' runtime type checks): the new rule's verdict, and the old rule's (both arms deciding)."""
+    m = _rates(prototypes, gd)
+    assert verdict(Config(), m, criteria(Config(), m)) == new
+    spec, diff = [r[0] >= 0.8 for r in (prototypes, gd)], [r[1] >= 0.8 for r in (prototypes, gd)]
+    assert ("SUPPORTED" if all(spec) else "REFUTED" if not any(spec + diff) else "PARTIAL") == old
+
+
 def test_a_small_run_reports_what_its_verdict_rests_on(tmp_path: Path) -> None:
     cfg = Config(n=1000, n_seeds=4, prototype_epochs=20, max_iter=100, degenerate_max_iter=20)
     res = run(cfg, Context(tmp_path))
