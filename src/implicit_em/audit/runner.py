@@ -82,7 +82,7 @@ _VERSION_KEYS = ("torch", "numpy", "scikit-learn", "transformers", "python")
 # workers take experiments depends on it.
 _QUICK_SECONDS = {
     "advantage_ablation": 191.4,
-    "sticky_manifold": 136.9,
+    "sticky_manifold": 450.0,  # with the measures' validation (one extra run to checkpoints and a control)
     "specialisation": 55.4,
     "two_timescale": 38.1,
     "bayes_necessity": 24.3,

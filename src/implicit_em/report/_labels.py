@@ -93,6 +93,9 @@ _CAPTIONS: dict[str, str] = {
     "sticky_manifold": "Sticky testbed (deciding): alignment of the context read-out and the layer-1 value PCs with "
     "the symbol-mean span (mean cos² of principal angles) at init, after training and with shuffled labels; the "
     "held-out KL of every init against the tracking bar.",
+    "sticky_manifold_validation": "The manifold measures' validation: both measures against KL / no-context for "
+    "checkpoints of one run, an own-position control, random and trained inits and the shuffled-label model, with "
+    "the tracking, twice-tracking and aligned bars.",
     "sticky_manifold_onehead": "The companion's one-head setting (reported, cannot represent the filter): "
     "alignment of the read-out and value subspaces with the symbol-mean span, and the value signature against "
     "Bayes.",
