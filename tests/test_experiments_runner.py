@@ -276,11 +276,11 @@ def test_git_state_is_none_when_git_is_missing(monkeypatch: pytest.MonkeyPatch) 
 def test_runner_writes_results_and_report_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     state = run_audit(out, only=["theorem1"], progress=False)
-    assert state["experiments"]["theorem1"]["verdict"] == "SUPPORTED"
+    assert state["experiments"]["theorem1"]["verdict"] == "VERIFIED"
     saved = _results(out)
     assert saved["experiments"]["theorem1"]["claim"].startswith("For any objective")
     html = (out / "report.html").read_text()
-    assert "Theorem 1" in html and "data:image/png;base64," in html and "SUPPORTED" in html
+    assert "Theorem 1" in html and "data:image/png;base64," in html and "VERIFIED" in html
     first = saved["experiments"]["theorem1"]["seconds"]
     again = run_audit(out, only=["theorem1"], progress=True)  # resumes: kept, not rerun
     assert again["experiments"]["theorem1"]["seconds"] == first
@@ -355,7 +355,7 @@ def test_cli_audit_lists_and_runs_one_experiment(tmp_path: Path, capsys: pytest.
     assert "theorem1" in capsys.readouterr().out
     assert main(["audit", "--only", "theorem1", "--out", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
-    assert "SUPPORTED" in out and "report.html" in out
+    assert "VERIFIED  theorem1" in out and "report.html" in out
     assert main(["report", str(tmp_path / "a")]) == 0
 
 

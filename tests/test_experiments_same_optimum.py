@@ -522,9 +522,10 @@ CLASSES = so.Classes()  # the deciding arm's settings (certificate, floors, budg
 
 @pytest.fixture(scope="module")
 def free(problem: dict[str, Any]) -> dict[str, Any]:
-    """The fixture's data on the prior-free likelihood, EM's certified end from a k-means++ start, and its record."""
+    """The fixture's data on the prior-free likelihood, EM's certified end from a k-means++ start, and its record
+    (from this start EM certifies in 30 iterations; from the fixture's k-means++ seed 2 it takes 4,560)."""
     pr = ends.problem(problem["x"], 3, 0.0)
-    start = paths.make_start(problem["x"], 3, np.random.RandomState(2))
+    start = paths.make_start(problem["x"], 3, np.random.RandomState(3))
     em = classes.em_end(problem["data"], start, pr, CLASSES)
     return {"pr": pr, "start": start, "em": em, "record": classes._end(em["theta"], pr, em["status"], CLASSES)}
 
@@ -767,12 +768,13 @@ def test_the_earlier_setting_at_the_small_size_decides(tmp_path: Path) -> None:
 
 
 def test_a_non_converging_deciding_arm_makes_it_undecided(tmp_path: Path) -> None:
-    # gradient descent stopped after one step and nothing to polish it: every pair unconverged; the controls'
-    # starts are stationary already, so they still hold
+    # gradient descent stopped after one step and nothing to polish it: every pair unconverged, and the decided
+    # pairs' gate fails. At the planted saddle EM and the full-batch runs stay (gradient 0: certified without a
+    # polish); one mini-batch moves the two mini-batch runs off it, and unpolished they are not certified
     res = so.EXPERIMENT.run(_small(steps=1, newton_max=0, lbfgs_max_evals=0), Context(tmp_path))
     assert res.metrics[classes.COUNTS]["unconverged"] == 2 * len(classes.VARIANTS)
-    assert res.verdict == "UNDECIDED" and not res.criteria[0].passed
-    assert res.criteria[1].passed and res.criteria[2].passed
+    assert res.verdict == "UNDECIDED" and not res.criteria[0].passed and res.criteria[0].measured == 0.0
+    assert res.criteria[1].measured == 3
 
 
 def test_a_planted_effect_flips_the_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

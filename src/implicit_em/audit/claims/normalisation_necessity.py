@@ -275,11 +275,14 @@ def criteria(cfg: Config, m: dict[str, Any]) -> list[Criterion]:
 
 
 def verdict(cfg: Config, m: dict[str, Any], crit: list[Criterion]) -> Verdict:
-    """The rule of the module docstring. A deciding task's own gates decide that half only; the controls and the
-    identities pass through :func:`gated` (a failed control: UNDECIDED; a failed identity raises)."""
+    """The rule of the module docstring. A deciding task's own gates decide that half only; the controls, the
+    identities and the decisive halves' tests pass through :func:`gated` (a failed control: UNDECIDED; a failed
+    identity raises; the tests are what a SUPPORTED or REFUTED rests on)."""
     decisive = [t for t in DECIDING if _status(cfg, m, t) == "decisive"]
     refuted = any(_close(cfg, m, t) for t in decisive)
-    whole = [c for c in crit if not c.metric.startswith(tuple(f"{t}: " for t in DECIDING))]
+    halves = tuple(f"{t}: " for t in DECIDING)
+    whole = [c for c in crit if not c.metric.startswith(halves) or (c.role == "test" and c.metric.startswith(
+        tuple(f"{t}: " for t in decisive)))]  # fmt: skip
     return gated("REFUTED" if refuted else "SUPPORTED" if len(decisive) == len(DECIDING) else "UNDECIDED", whole)
 
 

@@ -143,14 +143,16 @@ class Config:
         """A smoke size, UNDECIDED by construction: neither deciding half can track (quick seeds 0-4: every one
         UNDECIDED). 2 seeds, x10 only; the sticky testbed 40 of its 4,000 Adam steps (KL 0.57-0.69 of the
         no-context KL), the bijection's Adam 400 of 2,400 (0.07-0.45), every SGD run and the one-head head's Adam
-        200. The same gates as the full size; it shows the code path (40-55 s a seed)."""
+        200, the companion's literal setting T = 200 for 200 steps. The same gates as the full size; it shows the
+        code path (40-55 s a seed)."""
         return cls(n_seeds=2, wind_tunnel=Bijection(probe=128, adam_steps=400, sgd_steps=200, multipliers=(10.0,)),
                    chain=Chain(probe=32), testbed=Testbed(adam_steps=40, sgd_steps=40),
                    one_head=OneHead(adam_steps=200, sgd_steps=200), companion=ttc.Companion.quick())  # fmt: skip
 
     @classmethod
     def full(cls) -> "Config":
-        """5 seeds; the bijection's whole sweep (x2, x5, x10 on each group), x10 on the sticky settings."""
+        """5 seeds; the bijection's whole sweep (x2, x5, x10 on each group), x10 on the sticky settings; the
+        companion's literal protocol (T = 2000, 1,000 steps, the whole sweep: ~40 minutes a seed on a loaded core)."""
         return cls()
 
 

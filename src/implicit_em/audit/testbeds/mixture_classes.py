@@ -4,7 +4,7 @@ each classified against EM's end from the same start: ``same_optimum``'s decidin
 The objective is the mean log-likelihood of a full-covariance Gaussian mixture, no prior (``mixture_ends``'s θ and
 its exact Hessian, with every prior strength 0). From every start: EM (``mixture_ends.em_step``, the library's
 E-step and the exact M-step, no ridge) to its own fixed point, and gradient ascent on θ (float64) in four variants,
-:data:`VARIANTS`: full batch or mini-batches, a fixed step η or a decaying one η/(1 + 9t/T) over the budget's T
+:data:`VARIANTS`: full batch or mini-batches, a fixed step η or one halved after every quarter of the budget's
 steps. Each run stops at its declared budget, when the full-data ‖∇‖ falls to ``stop_tol``, at the boundary, or on
 a non-finite value. An end is
 
@@ -17,9 +17,10 @@ a non-finite value. An end is
   any other: the polish located the point, it did not choose one); EM's end when its own step is ≤ ``em_step_tol``;
 - else **unconverged**.
 
-Two certified ends are classified by ``mixture_ends.classify`` (the Hessian bound of the same point); an end whose
-Hessian is degenerate and that is not the same point locates nothing and counts as unconverged. Every end's
-Hessian's extreme eigenvalues are kept (a maximum, a saddle, or degenerate).
+Two certified ends are classified by ``mixture_ends.classify`` (the Hessian bound of the same point); where they are
+not the same point and an end's Hessian is degenerate, they are another stationary point if either end is a saddle,
+else the flat end locates nothing and the pair counts as unconverged. Every end's Hessian's extreme eigenvalues are
+kept (a maximum, a saddle, or degenerate).
 """
 
 import itertools
