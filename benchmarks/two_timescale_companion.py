@@ -20,6 +20,7 @@ import torch
 from implicit_em.audit.claims.two_timescale import Config
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.testbeds import two_timescale_companion as ttc
+from implicit_em.audit.testbeds.two_timescale import Trajectories
 
 
 def _companion(args: argparse.Namespace) -> ttc.Companion:
@@ -40,11 +41,14 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     if args.mode == "train":
         out = ttc.train(c, args.seed, [args.inner], cfg.snap_every, cfg.loss_every, cfg.ema_steps)
-        torch.save({**out, "companion": dataclasses.asdict(c), "inner": args.inner}, args.dir / f"inner{args.inner}.pt")
+        saved = {**out, "traj": dataclasses.asdict(out["traj"]), "companion": dataclasses.asdict(c)}
+        saved["inner"] = args.inner
+        torch.save(saved, args.dir / f"inner{args.inner}.pt")  # tensors, numbers and strings: loads weights_only
         print(f"inner seed {args.inner}: {out['wall_s']:.0f} s")
         return
     files = sorted(args.dir.glob("inner*.pt"), key=lambda p: int(p.stem.removeprefix("inner")))
-    parts = [torch.load(p, weights_only=False) for p in files]
+    parts = [torch.load(p, weights_only=True) for p in files]
+    parts = [{**p, "traj": Trajectories(**p["traj"])} for p in parts]
     c = ttc.Companion(**{**parts[0]["companion"], "multipliers": tuple(parts[0]["companion"]["multipliers"]),
                          "displacements": tuple(parts[0]["companion"]["displacements"])})  # fmt: skip
     out = {**parts[0], **ttc.merge(parts)}

@@ -275,14 +275,12 @@ def criteria(cfg: Config, m: dict[str, Any]) -> list[Criterion]:
 
 
 def verdict(cfg: Config, m: dict[str, Any], crit: list[Criterion]) -> Verdict:
-    """The rule of the module docstring. A deciding task's own gates decide that half only; the controls, the
-    identities and the decisive halves' tests pass through :func:`gated` (a failed control: UNDECIDED; a failed
-    identity raises; the tests are what a SUPPORTED or REFUTED rests on)."""
+    """The rule of the module docstring. A deciding task's gates decide that half only; the controls, identities
+    and decisive halves' tests pass through :func:`gated` (a failed control: UNDECIDED; an identity raises)."""
     decisive = [t for t in DECIDING if _status(cfg, m, t) == "decisive"]
     refuted = any(_close(cfg, m, t) for t in decisive)
-    halves = tuple(f"{t}: " for t in DECIDING)
-    whole = [c for c in crit if not c.metric.startswith(halves) or (c.role == "test" and c.metric.startswith(
-        tuple(f"{t}: " for t in decisive)))]  # fmt: skip
+    half = [c for c in crit if c.metric.startswith(tuple(f"{t}: " for t in DECIDING))]
+    whole = [c for c in crit if c not in half or (c.role == "test" and c.metric.split(":")[0] in decisive)]
     return gated("REFUTED" if refuted else "SUPPORTED" if len(decisive) == len(DECIDING) else "UNDECIDED", whole)
 
 
