@@ -13,8 +13,9 @@ import torch
 
 from implicit_em.audit.claims import advantage_ablation as aa
 from implicit_em.audit.core import Context, Criterion, criterion, gated
+from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.testbeds import ablation_arms as arms
-from implicit_em.audit.testbeds import manifold
+from implicit_em.audit.testbeds import ablation_metrics, manifold
 from implicit_em.audit.testbeds.ablation import (
     MODES,
     ablated_sticky,
@@ -26,6 +27,7 @@ from implicit_em.audit.testbeds.ablation import (
     single_head,
     sticky_query_key_weights,
 )
+from implicit_em.audit.testbeds.manifold_validation import Validation, validity
 from implicit_em.audit.testbeds.one_head import SHAPES, single_head_logits
 from implicit_em.windtunnel.models import CausalTransformer
 from implicit_em.windtunnel.sticky import StickyTestbed, parameter_groups
@@ -239,6 +241,27 @@ def _planted(
         m[f"{name}_pc1"], m[f"{name}_spearman_abs"] = pc1, rho
     m["B_over_A_kl"], m["D_over_A_kl"] = b_kl / a_kl, d_kl / a_kl
     m["A_track_ratio_max"], m["A_plateau_in_bars_max"] = a_kl / m["no_context_kl"], plateau
+    for x in ("pc1", "rho", *arms.MEASURES):  # the signature measures pass their validation (tested on its own)
+        m[f"validation_{x}_rho"], m[f"validation_{x}_aligned_kl_max_in_bars"] = 1.0, 0.5
+    return m
+
+
+def _validated(m: dict[str, Any], task: str, cfg: aa.Config) -> dict[str, Any]:
+    """The task's metrics (one replicate) with its measures' validation over the init and arms A-D, as the run's
+    ``ablation_metrics.put_validation`` computes it from the per-replicate lists."""
+    names, r = ("init", *arms.ARMS), cfg.rule
+    kl = [m[f"{n}_kl"] / (r.learned_fraction * m["no_context_kl"]) for n in names]
+    bars = (
+        dict.fromkeys(arms.MEASURES, m.get("aligned_threshold", math.nan))
+        if task == "sticky"
+        else {"pc1": m["init_pc1"] + r.sig_margin, "rho": max(r.rho_min, m["init_spearman_abs"] + r.sig_margin)}
+    )
+    for x, bar in bars.items():
+        stats = validity(kl, [m[f"{n}_{'spearman_abs' if x == 'rho' else x}"] for n in names], bar, 0)
+        m[f"validation_{x}_rho"], m[f"validation_{x}_aligned_kl_max_in_bars"] = (
+            stats["rho"],
+            stats["aligned_kl_max_in_bars"],
+        )
     return m
 
 
@@ -328,6 +351,71 @@ def test_sticky_outcome_reads_sticky_manifolds_read_out(
     assert "A_rho" not in crit and "A_readout_aligned" in crit  # the sticky task reads the subspace signature
     assert crit["A_readout_aligned"].role == "gate" and crit["shuffled_value"].role == "gate"
     assert crit["B_readout_aligned"].role == "test"
+    assert aa._task_outcome(crit) == expected
+
+
+# --- the signature measures' validation: they must rank the models by KL before they decide --------------------
+
+# quick seed 0's record (KL bits; the sticky read-out / value PCs; the bijection's PC1 share / |ρ|): init, A-D
+STICKY = {"init": (1.6017, 0.3514, 0.4008), "A": (0.0473, 0.9992, 0.9991), "B": (0.2047, 0.9991, 0.9989),
+          "C": (1.4521, 0.5232, 0.5566), "D": (1.5836, 0.4777, 0.4821)}  # fmt: skip
+BIJECTION = {"init": (0.6964, 0.2645, 0.5939), "A": (0.0080, 0.7108, 0.7014), "B": (0.0073, 0.7539, 0.6059),
+             "C": (0.4180, 0.7197, 0.7624), "D": (0.6864, 0.6648, 0.9058)}  # fmt: skip
+
+
+def _validation(sticky: dict[str, tuple[float, float, float]]) -> Metrics:
+    """``put_validation`` on one replicate's per-seed lists (the other-window-label model at the init's level)."""
+    m = Metrics()
+    m.put("sticky_aligned_threshold", 0.675, "mean cos²", "aligned bar")
+    for task, floor, record, qs in (("sticky", 0.7467, sticky, ("readout", "value")),
+                                    ("bijection", 0.6866, BIJECTION, ("pc1", "rho"))):  # fmt: skip
+        m.put(f"{task}_no_context_kl_per_seed", [floor], "bits", "floor")
+        for name, (kl, *scores) in record.items():
+            m.put(f"{task}_{name}_kl_per_seed", [kl], "bits", "kl")
+            for q, v in zip(qs, scores, strict=True):
+                m.put(f"{task}_{name}_{q}_per_seed", [v], "value", "score")
+    m.put("bijection_init_pc1", BIJECTION["init"][1], "fraction", "init PC1")
+    m.put("bijection_init_spearman_abs", BIJECTION["init"][2], "correlation", "init |ρ|")
+    m.put("sticky_shuffled_kl_per_seed", [1.6036], "bits", "control")
+    m.put("sticky_shuffled_readout_per_seed", [0.3525], "mean cos²", "control")
+    m.put("sticky_shuffled_value_per_seed", [0.3141], "mean cos²", "control")
+    r = aa.Config.quick().rule
+    ablation_metrics.put_validation(m, r.learned_fraction, r.sig_margin, r.rho_min)
+    return m
+
+
+def test_the_referees_case_fails_the_validation_and_a_measure_that_ranks_by_kl_passes() -> None:
+    """Arm B at 2.74 tracking bars reads 0.999 on both read-out measures: aligned at >= 2 bars, so the sticky
+    measures may not decide (they order the models well, ρ >= 0.7: the second gate is what fails). The bijection's
+    |ρ| reads 0.91 on arm D at the no-context floor. Planted: B's KL moved to 1.3 bars, or its read-out under the
+    aligned bar (0.65), and the sticky measures pass."""
+    v = Validation()
+    m = _validation(STICKY)
+    for x in arms.MEASURES:
+        assert m[f"sticky_validation_{x}_rho"] >= v.rho_bar
+        assert m[f"sticky_validation_{x}_aligned_kl_max_in_bars"] == pytest.approx(0.2047 / 0.07467)
+    assert m["bijection_validation_rho_aligned_kl_max_in_bars"] == pytest.approx(0.6864 / 0.06866)
+    assert m["bijection_validation_pc1_aligned_kl_max_in_bars"] >= v.aligned_kl_bars  # C and D show PC1 too
+    for planted in ({**STICKY, "B": (0.1, 0.9991, 0.9989)}, {**STICKY, "B": (0.2047, 0.65, 0.65)}):
+        p = _validation(planted)
+        for x in arms.MEASURES:
+            assert p[f"sticky_validation_{x}_rho"] >= v.rho_bar
+            assert p[f"sticky_validation_{x}_aligned_kl_max_in_bars"] < v.aligned_kl_bars
+    # a measure that orders the models against their KL fails the other gate
+    upside_down = {n: (kl, 1.3 - a, 1.3 - b) for n, (kl, a, b) in STICKY.items()}
+    assert _validation(upside_down)["sticky_validation_readout_rho"] < v.rho_bar
+    assert m.undeclared() == []
+
+
+@pytest.mark.parametrize(("aligned_at", "rho", "expected"), [(0.5, 1.0, "necessary"), (2.74, 0.97, "undecided"),
+                                                             (0.5, 0.3, "undecided")])  # fmt: skip
+def test_a_measure_that_fails_its_validation_makes_the_task_undecided(aligned_at: float, rho: float,
+                                                                      expected: str) -> None:  # fmt: skip
+    """KL necessary (B, D >= 10x worse) and the signature lost: necessary only when the measure passes both gates."""
+    m = _planted_sticky(0.04, 0.5, 1.5, {"init": CHANCE, "A": KEEPS, "B": CHANCE, "D": CHANCE})
+    m["validation_readout_rho"], m["validation_readout_aligned_kl_max_in_bars"] = rho, aligned_at
+    crit = aa._task_criteria("sticky", m, aa.Config.quick())
+    assert crit["readout_valid_rho"].role == crit["readout_valid_aligned"].role == "gate"
     assert aa._task_outcome(crit) == expected
 
 
@@ -499,11 +587,12 @@ def test_replacing_arm_a_by_a_non_tracking_one_gives_undecided() -> None:
     seed = _bijection(cfg)
     runs = {k: [seed[k]] for k in ("init", *arms.ARMS)}
     floors = [seed["floor"]["kl"]]
-    honest = aa._task_criteria("bijection", _summary(runs, floors, cfg), cfg)
+    honest = aa._task_criteria("bijection", _validated(_summary(runs, floors, cfg), "bijection", cfg), cfg)
     assert honest["A_tracks"].passed  # the quick bijection's arm A tracks at seed 0
     fake_a = {**seed["init"], **{k: seed["A"][k] for k in ("kl_history", "plateau_drop", "plateau_change")}}
     fake_a["kl"] = seed["init"]["kl"]
-    swapped = aa._task_criteria("bijection", _summary({**runs, "A": [fake_a]}, floors, cfg), cfg)
+    swapped = aa._task_criteria("bijection", _validated(_summary({**runs, "A": [fake_a]}, floors, cfg), "bijection",
+                                                         cfg), cfg)  # fmt: skip
     assert not swapped["A_tracks"].passed
     assert _verdict({"bijection": swapped})[0] == "UNDECIDED"
 
@@ -518,7 +607,8 @@ def test_an_ablation_arm_made_equal_to_a_triggers_the_falsifier() -> None:
     )
     assert planted["D"]["kl"] == planted["A"]["kl"]
     runs = {k: [planted[k]] for k in ("init", *arms.ARMS)}
-    crit = aa._task_criteria("bijection", _summary(runs, [planted["floor"]["kl"]], cfg), cfg)
+    crit = aa._task_criteria("bijection", _validated(_summary(runs, [planted["floor"]["kl"]], cfg), "bijection", cfg),
+                             cfg)  # fmt: skip
     assert all(c.passed for c in crit.values() if c.role == "gate")
     assert crit["D_ratio_falsifier"].passed and aa._task_outcome(crit) == "falsifier"
     assert _verdict({"bijection": crit})[0] == "REFUTED"
@@ -542,6 +632,7 @@ def test_a_sticky_ablation_arm_made_equal_to_a_reads_as_the_falsifier_in_kl(tmp_
     runs = {k: [planted[k]] for k in ("init", *arms.ARMS)}
     m = _summary(runs, [planted["floor"]["kl"]], cfg)
     m.update(_manifold_summary([planted], cfg))
+    _validated(m, "sticky", cfg)
     assert m["D_over_A_kl"] == 1.0 and aa._kl_reading(m, cfg) == "falsifier"
     assert (m["D_readout"], m["D_value"]) == (m["A_readout"], m["A_value"])
     crit = aa._task_criteria("sticky", m, cfg)
@@ -563,7 +654,7 @@ def _sticky_task(cfg: aa.Config, seed: dict[str, Any], b: dict[str, Any], d: dic
     runs = {k: [records[k]] for k in ("init", *arms.ARMS)}
     m = _summary(runs, [seed["floor"]["kl"]], cfg)
     m.update(_manifold_summary([records], cfg))
-    return aa._task_criteria("sticky", m, cfg)
+    return aa._task_criteria("sticky", _validated(m, "sticky", cfg), cfg)
 
 
 def test_planted_sticky_arms_move_the_verdict(sticky_a: Any) -> None:

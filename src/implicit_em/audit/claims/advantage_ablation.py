@@ -17,8 +17,10 @@ data stream, the optimiser and the steps (:mod:`~implicit_em.audit.testbeds.abla
 - the bijection wind tunnel (keys without replacement; deciding at full size, V = 20; reported at quick size,
   V = 6, another task): held-out KL and the final residual's PC1 share and |Spearman ρ| with the Bayes entropy.
 
-Rule: gates on arm A at every replicate (KL_A <= 0.1 × no-context; its last-fifth KL drop <= 0.25 × that bar) and
-on the means (A shows the task's signature; the other-window-label control stays under the aligned bar). A task
+Rule: gates on arm A at every replicate (KL_A <= 0.1 × no-context; its last-fifth KL drop <= 0.25 × that bar), on
+the means (A shows the task's signature; the other-window-label control stays under the aligned bar), and on each
+signature measure's validation over the inits and arms of every replicate (``sticky_manifold``'s bars: Spearman ρ
+with −KL >= 0.7, no model aligned at >= 2 tracking bars; :func:`~.ablation_metrics.put_validation`). A task
 reads *necessary* when KL_B / KL_A and KL_D / KL_A are >= 10 and neither shows the signature near A, *falsifier*
 when B or D is within 2× of A with it, else *between*. REFUTED if a deciding task reads falsifier, SUPPORTED if
 every one reads necessary, else PARTIAL; a failed gate gives UNDECIDED. Controls: the random init (identical for
@@ -40,6 +42,7 @@ from implicit_em.audit.testbeds import ablation_figures, ablation_metrics, manif
 from implicit_em.audit.testbeds.ablation import Mode, gradient_checks
 from implicit_em.audit.testbeds.ablation_metrics import describe, manifold_line
 from implicit_em.audit.testbeds.manifold import random_mean_cos2
+from implicit_em.audit.testbeds.manifold_validation import Validation
 from implicit_em.windtunnel.sticky import StickyTestbed
 
 __all__ = ["EXPERIMENT", "Config", "ManifoldSettings", "Rule", "StickySettings", "criteria", "figures", "measure",
@@ -104,6 +107,7 @@ class Config:
     onehead: arms.OneHeadSetting = field(default_factory=arms.OneHeadSetting)  # first draft memorised 8 of T = 80
     manifold: ManifoldSettings = field(default_factory=ManifoldSettings)
     rule: Rule = field(default_factory=Rule)
+    validation: Validation = field(default_factory=Validation)  # the signature's gates, declared before seeds 0-4
 
     @classmethod
     def quick(cls) -> "Config":
@@ -209,6 +213,7 @@ def measure(cfg: Config, ctx: Context) -> Metrics:
     ablation_metrics.put_manifold(m, data["results"]["sticky"], data["checks"])
     ablation_metrics.put_per_seed(m, data["runs"], data["floors"], data["sticky"])
     m.put_all({f"check_{k}": v for k, v in checks.items()}, "absolute", "surgery check (float64 max error): {key}")
+    ablation_metrics.put_validation(m, cfg.rule.learned_fraction, cfg.rule.sig_margin, cfg.rule.rho_min)
     mae = {a: sum(r["mae"] for r in data["runs"]["bijection"][a]) / cfg.n_seeds for a in ("init", *arms.ARMS)}
     m.put("bijection_mae_per_arm", mae, "bits", "bijection task: entropy MAE per arm (mean over replicates)")
     _put_readings(cfg, m, data["floors"][ONEHEAD][0])
@@ -244,46 +249,45 @@ def _signature_criteria(task: str, m: dict[str, Any], cfg: Config) -> dict[str, 
     """The task's signature: arm A's as gates, B's and D's as tests. ``residual`` (the bijection): PC1 share and
     |ρ| above the init, B and D near A; ``subspace`` (the sticky testbed): both read-out measures aligned and beyond
     the init spread, B and D near A, and the other-window-label control under the aligned bar (gates)."""
+    v, margin = cfg.validation, cfg.rule.sig_margin
     c: dict[str, Criterion] = {}
-    margin = cfg.rule.sig_margin
+    for x in ("pc1", "rho") if task != "sticky" else arms.MEASURES:  # the measure ranks models by KL (gates)
+        c[f"{x}_valid_rho"] = gate(f"{task}: validation, Spearman ρ of {x} with −KL over inits and arms",
+                                   m[f"validation_{x}_rho"], ">=", v.rho_bar)  # fmt: skip
+        c[f"{x}_valid_aligned"] = gate(f"{task}: validation, highest KL / tracking bar of a model aligned on {x}",
+                                       m[f"validation_{x}_aligned_kl_max_in_bars"], "<", v.aligned_kl_bars)  # fmt: skip
     if task != "sticky":  # the residual signature; the sticky testbed reads the manifold read-out
         for arm in ("A", "B", "D"):
             make = gate if arm == "A" else criterion  # A must show what the ablations are to lose
-            c[f"{arm}_pc1_over_init"] = make(
-                f"{task}: PC1 share {arm} (above init)", m[f"{arm}_pc1"], ">=", m["init_pc1"] + margin
-            )
+            c[f"{arm}_pc1_over_init"] = make(f"{task}: PC1 share {arm} (above init)", m[f"{arm}_pc1"], ">=",
+                                             m["init_pc1"] + margin)  # fmt: skip
             c[f"{arm}_rho"] = make(
                 f"{task}: |ρ| {arm} (orders by entropy, above init)", m[f"{arm}_spearman_abs"], ">=",
                 max(cfg.rule.rho_min, m["init_spearman_abs"] + margin),
             )  # fmt: skip
         for arm in ("B", "D"):
-            c[f"{arm}_pc1_near_A"] = criterion(
-                f"{task}: PC1 share {arm} (near A)", m[f"{arm}_pc1"], ">=", m["A_pc1"] - margin
-            )
-            c[f"{arm}_rho_near_A"] = criterion(
-                f"{task}: |ρ| {arm} (near A)", m[f"{arm}_spearman_abs"], ">=", m["A_spearman_abs"] - margin
-            )
+            c[f"{arm}_pc1_near_A"] = criterion(f"{task}: PC1 share {arm} (near A)", m[f"{arm}_pc1"], ">=",
+                                               m["A_pc1"] - margin)  # fmt: skip
+            c[f"{arm}_rho_near_A"] = criterion(f"{task}: |ρ| {arm} (near A)", m[f"{arm}_spearman_abs"], ">=",
+                                               m["A_spearman_abs"] - margin)  # fmt: skip
         return c
     thr, labels = m["aligned_threshold"], {"readout": "context read-out", "value": "value PCs"}
     for arm in ("A", "B", "D"):
         make = gate if arm == "A" else criterion  # A must show the manifold the ablations are to keep or lose
         for x in arms.MEASURES:
-            c[f"{arm}_{x}_aligned"] = make(
-                f"{task}: mean cos² to span(μ) {arm} ({labels[x]}), aligned", m[f"{arm}_{x}"], ">=", thr
-            )
+            c[f"{arm}_{x}_aligned"] = make(f"{task}: mean cos² to span(μ) {arm} ({labels[x]}), aligned",
+                                           m[f"{arm}_{x}"], ">=", thr)  # fmt: skip
             c[f"{arm}_{x}_over_init"] = make(
                 f"{task}: mean paired gain {arm} - init ({labels[x]}), > {cfg.manifold.sigmas:g} σ of the random "
                 "inits", m[f"{arm}_{x}_gain"], ">", cfg.manifold.sigmas * m[f"init_spread_{x}_sd"],
             )  # fmt: skip
     for arm in ("B", "D"):
         for x in arms.MEASURES:
-            c[f"{arm}_{x}_near_A"] = criterion(
-                f"{task}: mean cos² {arm} ({labels[x]}, near A)", m[f"{arm}_{x}"], ">=", m[f"A_{x}"] - margin
-            )
+            c[f"{arm}_{x}_near_A"] = criterion(f"{task}: mean cos² {arm} ({labels[x]}, near A)", m[f"{arm}_{x}"],
+                                               ">=", m[f"A_{x}"] - margin)  # fmt: skip
     for x in arms.MEASURES:
-        c[f"shuffled_{x}"] = gate(
-            f"{task}: other-window labels, mean cos² ({labels[x]}), under the aligned bar", m[f"shuffled_{x}"], "<", thr
-        )
+        c[f"shuffled_{x}"] = gate(f"{task}: other-window labels, mean cos² ({labels[x]}), under the aligned bar",
+                                  m[f"shuffled_{x}"], "<", thr)  # fmt: skip
     return c
 
 
@@ -291,23 +295,18 @@ def _task_criteria(task: str, m: dict[str, Any], cfg: Config) -> dict[str, Crite
     """The comparisons one task's outcome reads, by name (``m``: the task's metrics without their prefix)."""
     r = cfg.rule
     c = {
-        "A_tracks": gate(
-            f"{task}: max over seeds of KL_A / no-context KL (every seed tracks)", m["A_track_ratio_max"], "<=",
-            r.learned_fraction,
-        ),
-        "A_plateau": gate(
-            f"{task}: max over seeds of arm A's last-fifth KL drop / ({r.plateau_tol:g} × tracking bar) (plateau)",
-            m["A_plateau_in_bars_max"], "<=", 1.0,
-        ),
+        "A_tracks": gate(f"{task}: max over seeds of KL_A / no-context KL (every seed tracks)",
+                         m["A_track_ratio_max"], "<=", r.learned_fraction),
+        "A_plateau": gate(f"{task}: max over seeds of arm A's last-fifth KL drop / ({r.plateau_tol:g} × tracking "
+                          "bar) (plateau)", m["A_plateau_in_bars_max"], "<=", 1.0),
     }  # fmt: skip
     c.update(_signature_criteria(task, m, cfg))
     for arm in ("B", "D"):
-        c[f"{arm}_ratio_necessary"] = criterion(
-            f"{task}: KL_{arm} / KL_A (>= necessary)", m[f"{arm}_over_A_kl"], ">=", r.ratio_necessary
-        )
-        c[f"{arm}_ratio_falsifier"] = criterion(
-            f"{task}: KL_{arm} / KL_A (<= falsifier)", m[f"{arm}_over_A_kl"], "<=", r.ratio_falsifier
-        )
+        ratio = m[f"{arm}_over_A_kl"]
+        c[f"{arm}_ratio_necessary"] = criterion(f"{task}: KL_{arm} / KL_A (>= necessary)", ratio, ">=",
+                                                r.ratio_necessary)  # fmt: skip
+        c[f"{arm}_ratio_falsifier"] = criterion(f"{task}: KL_{arm} / KL_A (<= falsifier)", ratio, "<=",
+                                                r.ratio_falsifier)  # fmt: skip
     c["B_frozen"] = identity(f"{task}: max |Δ W_Q, W_K| of arm B (surgery control)", m["B_qk_change"], "==", 0.0)
     return c
 

@@ -5,12 +5,20 @@ measured, so the report never guesses), and the sentences that describe one sett
 Keys: ``<task>_<name>_<quantity>`` (means over replicates), ``..._sd`` (sample sds), ``..._per_seed`` (one entry per
 replicate); task one of ``bijection``, ``sticky``, ``onehead``; name ``init`` (the random init), an arm ``A``-``D``,
 ``shuffled`` (the other-window-label control) or ``init_spread`` (the extra random inits).
+
+:func:`put_validation` validates each task's signature measures on the models the ablation trains (the audit's
+rule: a measure that summarises a model must rank models by what they infer before it decides): over every
+replicate's random init and arms A-D (and the sticky testbed's other-window-label models), Spearman's ρ of the
+measure with −KL, and the highest KL, in tracking bars (``learned_fraction`` x the replicate's no-context KL), at
+which a model reads aligned (the bar the task's signature criteria use). The statistics and their bars are
+``sticky_manifold``'s (:func:`~.manifold_validation.validity`, :class:`~.manifold_validation.Validation`).
 """
 
 from typing import Any
 
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.testbeds.ablation_arms import ARMS, MEASURES
+from implicit_em.audit.testbeds.manifold_validation import validity
 
 __all__ = [
     "LABELS",
@@ -22,6 +30,7 @@ __all__ = [
     "put_manifold",
     "put_per_seed",
     "put_summary",
+    "put_validation",
 ]
 
 ONEHEAD = "onehead"
@@ -123,6 +132,36 @@ def put_per_seed(m: Metrics, runs: dict[str, Any], floors: dict[str, list[float]
                       f"{TASK_LABEL[t]}, arm {arm}: {words}, per replicate")  # fmt: skip
     for t in TASKS:
         m.put(f"{t}_no_context_kl_per_seed", floors[t], "bits", f"{TASK_LABEL[t]}: no-context KL, per replicate")
+
+
+def put_validation(m: Metrics, learned_fraction: float, margin: float, rho_min: float) -> None:
+    """``<task>_validation_<x>_rho`` and ``..._aligned_kl_max_in_bars`` per task and signature measure ``x`` over
+    the models of every replicate (module docstring; reads the ``_per_seed`` lists). Aligned: the sticky read-out's
+    bar; on the bijection the signature's own, PC1 share >= init's + ``margin``, |ρ| >= max(``rho_min``, init's +
+    ``margin``)."""
+    thr = m["sticky_aligned_threshold"]
+    bars = {"sticky": dict.fromkeys(MEASURES, thr), "bijection": {"pc1": m["bijection_init_pc1"] + margin,
+            "rho": max(rho_min, m["bijection_init_spearman_abs"] + margin)}}  # fmt: skip
+    for task, aligned in bars.items():
+        _put_validity(m, task, aligned, learned_fraction)
+
+
+def _put_validity(m: Metrics, task: str, aligned: dict[str, float], learned_fraction: float) -> None:
+    names = ("init", *ARMS)
+    floors = m[f"{task}_no_context_kl_per_seed"]
+    kl = [k / (learned_fraction * f) for n in names for k, f in zip(m[f"{task}_{n}_kl_per_seed"], floors, strict=True)]
+    if task == "sticky":  # the other-window-label models, each on its replicate's floor (the first ones)
+        kl += [k / (learned_fraction * f) for k, f in zip(m["sticky_shuffled_kl_per_seed"], floors, strict=False)]
+    for x, bar in aligned.items():
+        scores = [v for n in names for v in m[f"{task}_{n}_{x}_per_seed"]]
+        scores += m[f"sticky_shuffled_{x}_per_seed"] if task == "sticky" else []
+        stats = validity(kl, scores, bar, 0)
+        words = QUANTITY[x][0]
+        m.put(f"{task}_validation_{x}_rho", stats["rho"], "correlation", f"{TASK_LABEL[task]}, validation: "
+              f"Spearman ρ of the {words} with −KL (inits and arms, every replicate)")  # fmt: skip
+        m.put(f"{task}_validation_{x}_aligned_kl_max_in_bars", stats["aligned_kl_max_in_bars"], "ratio",
+              f"{TASK_LABEL[task]}, validation: highest KL / tracking bar of a model aligned on the {words} "
+              f"(aligned: >= {bar:.3g})")  # fmt: skip
 
 
 def describe(task: str, m: dict[str, Any], outcome: str) -> str:
