@@ -15,7 +15,7 @@ from implicit_em.audit.claims import advantage_ablation as aa
 from implicit_em.audit.core import Context, Criterion, criterion, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.testbeds import ablation_arms as arms
-from implicit_em.audit.testbeds import ablation_metrics, manifold
+from implicit_em.audit.testbeds import ablation_figures, ablation_metrics, manifold
 from implicit_em.audit.testbeds.ablation import (
     MODES,
     ablated_sticky,
@@ -405,6 +405,13 @@ def test_the_referees_case_fails_the_validation_and_a_measure_that_ranks_by_kl_p
     upside_down = {n: (kl, 1.3 - a, 1.3 - b) for n, (kl, a, b) in STICKY.items()}
     assert _validation(upside_down)["sticky_validation_readout_rho"] < v.rho_bar
     assert m.undeclared() == []
+    # the figure draws every model's measures against its KL in tracking bars, from the metrics alone
+    r = aa.Config.quick().rule
+    fig = ablation_figures.validation_figure(m, r.learned_fraction, v.aligned_kl_bars, r.sig_margin, r.rho_min)
+    sticky_ax = fig.axes[0]
+    b_readout = [ln for ln in sticky_ax.lines if list(ln.get_ydata()) == [0.9991]]
+    assert b_readout and b_readout[0].get_xdata()[0] == pytest.approx(2.741, abs=1e-3)
+    assert "ρ" in sticky_ax.get_title() and len(fig.axes) == 2
 
 
 @pytest.mark.parametrize(("aligned_at", "rho", "expected"), [(0.5, 1.0, "necessary"), (2.74, 0.97, "undecided"),

@@ -111,8 +111,7 @@ class Config:
 
     @classmethod
     def quick(cls) -> "Config":
-        """One replicate per run (seeds 0-4 through ``--seed``): the sticky testbed at 2,000 steps decides; the
-        bijection (V = 6, one layer, 1,000 steps) is reported; the one head at T = 60, 32 sequences, 150 steps."""
+        """One replicate: the testbed at 2,000 steps decides; the bijection (V = 6, 1 layer) is reported."""
         return cls()
 
     @classmethod
@@ -421,9 +420,11 @@ def _details(cfg: Config, m: dict[str, Any]) -> str:
 
 
 def figures(cfg: Config, m: dict[str, Any], ctx: Context) -> list[str]:
-    """One figure: per setting, KL per arm, the residual signature, the training curves; the sticky read-out."""
-    fig = ablation_figures.figure(m, ablation_metrics.LABELS, cfg.rule.learned_fraction)
-    return [ctx.save_figure(fig, "advantage_ablation", dpi=100)]
+    """Per setting, KL per arm, the residual signature, the training curves; the sticky read-out; the validation."""
+    name, r, limit = "advantage_ablation", cfg.rule, cfg.validation.aligned_kl_bars
+    fig = ablation_figures.figure(m, ablation_metrics.LABELS, r.learned_fraction)
+    check = ablation_figures.validation_figure(m, r.learned_fraction, limit, r.sig_margin, r.rho_min)
+    return [ctx.save_figure(fig, name, dpi=100), ctx.save_figure(check, f"{name}_validation")]
 
 
 def run(cfg: Config, ctx: Context) -> Result:

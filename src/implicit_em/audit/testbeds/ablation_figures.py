@@ -1,12 +1,13 @@
 """The ablation arms' figure, drawn from a run's metrics alone (``<task>_<name>_<quantity>_per_seed`` lists and the
 means over replicates): per setting, the held-out KL per arm, the residual signature, the training curves, and on
-the sticky testbed ``sticky_manifold``'s two read-out measures."""
+the sticky testbed ``sticky_manifold``'s two read-out measures; and the signature measures' validation (each
+measure against the KL in tracking bars, over the inits and arms of every replicate)."""
 
 from typing import Any
 
 from implicit_em.audit.plots import pyplot
 
-__all__ = ["figure"]
+__all__ = ["figure", "validation_figure"]
 
 TASKS = ("bijection", "sticky", "onehead")
 TITLES = {"bijection": "bijection", "sticky": "sticky testbed", "onehead": "one head (cannot represent the filter)"}
@@ -85,5 +86,39 @@ def figure(m: dict[str, Any], labels: dict[str, str], fraction: float) -> Any:
             _manifold_panel(axes[row, 3], m, labels)
         else:
             axes[row, 3].axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def _validation_panel(ax: Any, m: dict[str, Any], task: str, measures: dict[str, tuple[str, float]],
+                      fraction: float, limit: float) -> None:  # fmt: skip
+    """Each measure of ``task`` (name: (label, aligned bar)) against KL / tracking bar, per replicate and model."""
+    floors = m[f"{task}_no_context_kl_per_seed"]
+    names = ("init", *ARMS)
+    for j, (x, (label, bar)) in enumerate(measures.items()):
+        for i, name in enumerate(names):
+            kl = [k / (fraction * f) for k, f in zip(m[f"{task}_{name}_kl_per_seed"], floors, strict=True)]
+            ax.plot(kl, m[f"{task}_{name}_{x}_per_seed"], "os"[j], color=f"C{i}", alpha=0.8, mfc="none" if j else None,
+                    label=f"{'random init' if name == 'init' else 'arm ' + name}" if j == 0 else None)  # fmt: skip
+        ax.axhline(bar, color=f"0.{3 + 3 * j}", lw=1, ls="--", label=f"{label}: aligned ({bar:.3f}); {'os'[j]}")
+    ax.axvline(limit, color="r", lw=1, label=f"{limit:g} tracking bars (nothing aligned beyond)")
+    ax.axvline(1.0, color="k", ls=":", lw=1, label="tracking bar")
+    ax.set_xscale("log")
+    rho = ", ".join(f"{label} ρ {m[f'{task}_validation_{x}_rho']:.2f}" for x, (label, _) in measures.items())
+    ax.set(xlabel="held-out KL / tracking bar", ylabel="measure", title=f"{TITLES[task]}: measure against KL ({rho})")
+    ax.legend(fontsize=7)
+
+
+def validation_figure(m: dict[str, Any], fraction: float, limit: float, margin: float, rho_min: float) -> Any:
+    """The validation's figure: per task, its signature measures against the KL in tracking bars (a measure that
+    ranks models by what they infer rises as the KL falls and is not aligned right of ``limit``)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5))
+    thr = m["sticky_aligned_threshold"]
+    sticky = {"readout": ("context read-out", thr), "value": ("value PCs", thr)}
+    bijection = {"pc1": ("PC1 share", m["bijection_init_pc1"] + margin),
+                 "rho": ("|ρ| with the entropy", max(rho_min, m["bijection_init_spearman_abs"] + margin))}  # fmt: skip
+    _validation_panel(axes[0], m, "sticky", sticky, fraction, limit)
+    _validation_panel(axes[1], m, "bijection", bijection, fraction, limit)
     fig.tight_layout()
     return fig
