@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from implicit_em.audit import stats
-from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gated
+from implicit_em.audit.core import Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
 from implicit_em.audit.testbeds.five_clusters import (
@@ -214,15 +214,18 @@ def criteria(cfg: Config, m: Metrics) -> list[Criterion]:
     """§4.1's prototypes: the claim as written (specialise) and the weaker reading (differentiate)."""
     r = m[f"rates over unspecialised starts, {DECIDING}"]
     label = f"{DECIDING}: share of unspecialised starts that"
+    fresh = cfg.n_seeds - m["starts already specialised (ARI at the start ≥ threshold)"]
     return [
         criterion(f"{label} specialise", r["specialised"], ">=", cfg.supported_share),
         criterion(f"{label} differentiate", r["differentiated"], ">=", cfg.differentiated_share),
-    ]
+        gate("unspecialised starts (the shares are defined: every start already specialised leaves nothing to read)",
+             fresh, ">=", 1),
+    ]  # fmt: skip
 
 
 def verdict(cfg: Config, m: Metrics, crit: list[Criterion]) -> Verdict:
     """SUPPORTED when the prototypes specialise, REFUTED when they do not even differentiate, PARTIAL otherwise."""
-    spec, diff = (c.passed for c in crit)
+    spec, diff = (c.passed for c in crit[:2])
     if spec:
         return gated("SUPPORTED", crit)
     return gated("PARTIAL" if diff else "REFUTED", crit)
