@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # what the type checker and the reader see; at run time each 
         gaussian_mixture_log_likelihood,
     )
     from implicit_em.laws import identity_residual
-    from implicit_em.mixture import GaussianMixture
+    from implicit_em.mixture import GaussianMixture, MixtureSelector
     from implicit_em.objectives import (
         constrained_cross_entropy,
         correntropy,
@@ -44,6 +44,7 @@ _WHERE = {
     "GaussianMixture": "implicit_em.mixture",
     "HeadProbe": "implicit_em.probes",
     "MahalanobisUnit": "implicit_em.distances",
+    "MixtureSelector": "implicit_em.mixture",
     "Monitor": "implicit_em.diagnostics",
     "NoneOfTheAbove": "implicit_em.distances",
     "Prototypes": "implicit_em.distances",
@@ -72,6 +73,7 @@ __all__ = [
     "GaussianMixture",
     "HeadProbe",
     "MahalanobisUnit",
+    "MixtureSelector",
     "Monitor",
     "NoneOfTheAbove",
     "Prototypes",

@@ -1,7 +1,8 @@
 """Gaussian mixtures fitted three ways: batch EM, online EM, gradient descent (implicit EM).
 
-The public API is the estimator, :class:`GaussianMixture` (as ``sklearn.mixture``), and the warning it gives when
-``reg_covar`` dominates a feature's variance, :class:`RegCovarWarning`. Its machinery is internal, in
+The public API is the estimator, :class:`GaussianMixture` (as ``sklearn.mixture``), the selector of its number of
+components and covariance type by BIC or AIC, :class:`MixtureSelector` (``_select``), and the warning the estimator
+gives when ``reg_covar`` dominates a feature's variance, :class:`RegCovarWarning`. Its machinery is internal, in
 underscored modules (every one is named here; ``tests/test_mixture_layout.py`` checks it):
 
 - the estimator: ``_gaussian_mixture`` (parameters, ``fit``, ``predict``, scoring), its loop over the ``n_init``
@@ -18,6 +19,7 @@ underscored modules (every one is named here; ``tests/test_mixture_layout.py`` c
 """
 
 from implicit_em.mixture._gaussian_mixture import GaussianMixture
+from implicit_em.mixture._select import MixtureSelector
 from implicit_em.mixture._validation import RegCovarWarning
 
-__all__ = ["GaussianMixture", "RegCovarWarning"]
+__all__ = ["GaussianMixture", "MixtureSelector", "RegCovarWarning"]
