@@ -605,8 +605,10 @@ def test_replacing_arm_a_by_a_non_tracking_one_gives_undecided() -> None:
 
 
 def test_an_ablation_arm_made_equal_to_a_triggers_the_falsifier() -> None:
-    """Planted effect: arm D trained with the exact gradient (so D = A: same init, stream and steps) must read as
-    the falsifier (within 2x of A, signature present) and the verdict REFUTED; the honest arms do not."""
+    """Planted effect: arm D trained with the exact gradient (so D = A: same init, stream and steps) reads as the
+    falsifier (within 2x of A, signature present). On the real quick bijection its signature measures fail their
+    validation (the other arms, B and C, read "aligned" far from the tracking bar or out of KL order), so the task
+    is undecided; with measures that passed it, the same arms make the verdict REFUTED."""
     cfg = SMOKE
     # seed 1: the quick bijection's arm A passes every gate there (|ρ| 0.501 against the bar 0.5)
     planted = _bijection(
@@ -614,11 +616,20 @@ def test_an_ablation_arm_made_equal_to_a_triggers_the_falsifier() -> None:
     )
     assert planted["D"]["kl"] == planted["A"]["kl"]
     runs = {k: [planted[k]] for k in ("init", *arms.ARMS)}
-    crit = aa._task_criteria("bijection", _validated(_summary(runs, [planted["floor"]["kl"]], cfg), "bijection", cfg),
-                             cfg)  # fmt: skip
-    assert all(c.passed for c in crit.values() if c.role == "gate")
-    assert crit["D_ratio_falsifier"].passed and aa._task_outcome(crit) == "falsifier"
-    assert _verdict({"bijection": crit})[0] == "REFUTED"
+    m = _validated(_summary(runs, [planted["floor"]["kl"]], cfg), "bijection", cfg)
+    crit = aa._task_criteria("bijection", m, cfg)
+    failed = [k for k, c in crit.items() if c.role == "gate" and not c.passed]
+    assert failed and all("_valid_" in k for k in failed)  # arm A tracks, plateaus and shows the signature
+    assert crit["D_ratio_falsifier"].passed and aa._arm_signature(crit, "D") == "present"
+    assert aa._task_outcome(crit) == "undecided" and _verdict({"bijection": crit})[0] == "UNDECIDED"
+    valid = {
+        **m,
+        **{
+            f"validation_{x}_{q}": v for x in ("pc1", "rho") for q, v in (("rho", 1.0), ("aligned_kl_max_in_bars", 0.5))
+        },
+    }
+    crit = aa._task_criteria("bijection", valid, cfg)
+    assert aa._task_outcome(crit) == "falsifier" and _verdict({"bijection": crit})[0] == "REFUTED"
 
 
 def test_a_sticky_ablation_arm_made_equal_to_a_reads_as_the_falsifier_in_kl(tmp_path: Path) -> None:
