@@ -61,7 +61,8 @@ def add_parsers(sub: Any) -> None:
         type=_count,
         default=4,
         metavar="N",
-        help="split-and-merge moves tried after EM converges (default 4; 0: exactly scikit-learn's EM)",
+        help="split-and-merge moves tried after EM converges (default 4; 0: scikit-learn's EM up to 200,000 rows; "
+        "above that k-means starts from a uniform sample of 200,000 rows, scikit-learn's from every row)",
     )
     fit.add_argument("--out", default=None, metavar="MODEL", help="save the model: .npz or .safetensors")
     fit.add_argument(

@@ -68,7 +68,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
       EM's fixed points at that reg_covar: ``_gd.fit_gd``);
     - split_merge: after "em" or "online_em" converge, try up to this many split-and-merge moves (merge the two
       most overlapping components, split the least Gaussian one, rerun EM, keep it if the likelihood rises;
-      ``_split_merge.py``). Default 4; 0 gives exactly sklearn's result (moves run only after convergence);
+      ``_split_merge.py``). Default 4; 0 gives exactly sklearn's result (moves run only after convergence) for
+      N <= 200,000 rows; above that the k-means start is fitted on a uniform sample of 200,000 rows where sklearn
+      fits it on every row, so the same seed starts elsewhere (on 1e6 rows it can end in another optimum);
     - device, dtype: where and in what precision to compute (default: X's device and float dtype);
     - checkpoint: None, or a file path: ``fit`` writes its state there every ``checkpoint_every`` units of
       ``max_iter`` (EM iterations, or epochs for "online_em" and "gd") and when interrupted, and the same call
