@@ -697,7 +697,7 @@ def test_the_starts_are_away_from_the_optimum(result: tuple[Result, Path]) -> No
 def test_the_verdict_follows_the_criteria(result: tuple[Result, Path]) -> None:
     res, cfg = result[0], so.Config.quick()
     m, c = res.metrics, res.criteria
-    assert [x.role for x in c] == ["gate"] * 3 + ["test"] * 2 + ["identity"] * 7
+    assert [x.role for x in c] == ["gate"] * 3 + ["test"] * 2 + ["identity"] * 6
     assert [x.threshold for x in c[:5]] == [
         cfg.decided_share_min,
         len(classes.VARIANTS) + 1,
