@@ -6,9 +6,10 @@
 - ``.csv`` / ``.tsv``: read into a float64 array. A first row with a cell that does not parse as a number is a
   header (its cells name the columns). Every other row must have as many cells, each a finite number. With pyarrow
   installed (the ``parquet`` extra) its multithreaded CSV reader reads the rows (:func:`_read_text_arrow`; on
-  1e6 x 8, 1.06x pyarrow's own time, 15x faster than the csv module: ``benchmarks/csv_read.py``); wherever it refuses a file or finds a missing or non-finite value, the csv module reads it
-  again and names the line and column (:func:`_read_text`): the same numbers either way (both parse to the
-  correctly rounded double), the same errors.
+  1e6 x 8, 1.06x pyarrow's own time, 15x faster than the csv module: ``benchmarks/csv_read.py``); wherever it
+  refuses a file or finds a missing or non-finite value, the csv module reads it again and names the line and
+  column (:func:`_read_text`): the same numbers either way (both parse to the correctly rounded double), the same
+  errors.
 - ``.parquet``: read with pyarrow (``pip install 'implicit-em[parquet]'``); every column must be integer or
   floating point without missing values.
 
