@@ -122,3 +122,14 @@ def test_bad_arguments_are_clear_errors(params: dict[str, object], error: type[E
 def test_an_unfitted_selector_says_so() -> None:
     with pytest.raises(NotFittedError):
         MixtureSelector().predict(_blobs(n=10))
+
+
+def test_a_stream_of_batches_is_read_like_the_array() -> None:
+    """X as a list of batches (the estimator's iterable input): the same table as the array, to float round-off
+    (the stream's k-means start draws the same sample when N is below the sample size)."""
+    x = _blobs(n=60)
+    stream = [x[i : i + 50] for i in range(0, len(x), 50)]
+    whole = MixtureSelector(_template(), n_components=[2, 3]).fit(x)
+    parts = MixtureSelector(_template(), n_components=[2, 3]).fit(stream)
+    np.testing.assert_allclose(parts.results_["bic"], whole.results_["bic"], rtol=1e-9)
+    assert parts.n_components_ == whole.n_components_ == 3
