@@ -331,6 +331,41 @@ def test_an_out_that_is_a_directory_is_refused_before_the_fit_and_leaves_nothing
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir model.npz", "good.csv"]
 
 
+def test_an_out_where_no_file_can_be_created_is_refused_before_the_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``os.access`` says yes to root on /sys; only creating a file tells. Planted: creation refused (EROFS) in a
+    folder ``os.access`` calls writable; and a save that fails after the fit names the user's path, not a .tmp."""
+    import errno
+
+    good = _write_csv(tmp_path / "good.csv", _blobs(30), None)
+    fitted: list[int] = []
+    monkeypatch.setattr(GaussianMixture, "fit", lambda self, x, y=None: fitted.append(1) or self)
+    real_open = Path.open
+
+    def read_only(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if "x" in mode:
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", read_only)
+    assert main(["fit", str(good), "--n-components", "2", "--out", str(tmp_path / "m.npz")]) == 2
+    err = capsys.readouterr().err
+    assert fitted == [] and "cannot create a file in" in err and "Read-only file system" in err
+    assert ".tmp" not in err and ".check" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.csv"]
+    monkeypatch.setattr(Path, "open", real_open)
+    monkeypatch.undo()
+
+    def full(self: Any, path: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", f"{path}.tmp")
+
+    monkeypatch.setattr(GaussianMixture, "save", full)
+    assert main(["fit", str(good), "--n-components", "2", "--out", str(tmp_path / "m.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "could not be written (No space left on device)" in err and ".tmp" not in err
+
+
 def test_a_failed_atomic_write_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from implicit_em import _runio
 

@@ -89,7 +89,10 @@ def test_text_without_a_tokenizer_names_the_missing_tokenizer(
     (lambda p: p, "no config.json in this folder"),
     (lambda p: (p / "c.json").write_text("{not json") and p / "c.json", "not a readable JSON config"),
     (lambda p: (p / "c.json").write_text('{"n_layer": 2}') and p / "c.json", 'no "model_type"'),
-    (lambda p: (p / "c.json").write_text('{"model_type": "no-such-model"}') and p / "c.json", "no-such-model"),
+    (lambda p: (p / "c.json").write_text('{"model_type": "no-such-model"}') and p / "c.json",
+     "unknown model_type 'no-such-model'"),
+    (lambda p: (p / "c.json").write_text('{"model_type": "gtp2"}') and p / "c.json",
+     "unknown model_type 'gtp2' (close matches: gpt2"),
 ])  # fmt: skip
 def test_bad_paths_give_one_line_and_status_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, message: str
@@ -97,6 +100,7 @@ def test_bad_paths_give_one_line_and_status_2(
     status, out, err = _probe(capsys, str(make(tmp_path)))
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert err.startswith("implicit-em probe: error:") and message in err and "Traceback" not in err
+    assert len(err) < 300  # transformers' own message for an unknown model type is one line of 12,000 characters
 
 
 def test_a_truncated_safetensors_file_is_one_line_and_status_2(

@@ -198,7 +198,10 @@ def _fit_ks(args: argparse.Namespace, prog: str, data: Data, ks: range) -> int:
     total = time.perf_counter() - t0
     model, chosen = best
     if args.out is not None:
-        model.save(args.out)
+        try:
+            model.save(args.out)
+        except OSError as err:  # a disk that filled up during the fit: name the user's path, not the temporary file
+            raise ValueError(f"--out {args.out}: the model could not be written ({err.strerror})") from None
     notes = sorted({f"{type(w.message).__name__}: {' '.join(str(w.message).split())}" for w in caught})
     for note in notes:
         print(f"{prog}: warning: {note}", file=sys.stderr)
@@ -334,6 +337,18 @@ def _check_model_path(path: Path) -> None:
         raise ValueError(f"--out {path}: the directory {path.parent} does not exist")
     if not os.access(path.parent, os.W_OK):
         raise ValueError(f"--out {path}: the directory {path.parent} is not writable")
+    _try_create(path)
+
+
+def _try_create(path: Path) -> None:
+    """Create and remove a file beside ``path``: ``os.access`` says yes to root on a read-only or virtual file
+    system (``/sys``, ``/proc``, a read-only mount), where only a real creation fails. Nothing is left behind."""
+    probe = path.parent / f".{path.name}.{os.getpid()}.check"
+    try:
+        probe.open("xb").close()
+    except OSError as err:
+        raise ValueError(f"--out {path}: cannot create a file in {path.parent} ({err.strerror})") from None
+    probe.unlink(missing_ok=True)
 
 
 # -- predict -------------------------------------------------------------------------------------------------

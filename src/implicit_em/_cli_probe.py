@@ -14,6 +14,7 @@ Exit status: 0 when every law passes, 1 when one fails, 2 for bad input (one lin
 """
 
 import argparse
+import difflib
 import json
 import sys
 from pathlib import Path
@@ -149,6 +150,11 @@ def _load_config(path: Path) -> tuple[Any, Path, bool]:
         raise ProbeInputError(f'{file}: not a Hugging Face config (no "model_type")')
     model_type = data.pop("model_type")
     data.pop("transformers_version", None)
+    known = _model_types()
+    if model_type not in known:  # transformers' own message lists all of them (12,000 characters in one line)
+        close = difflib.get_close_matches(model_type, known, n=3)
+        hint = f"close matches: {', '.join(close)}" if close else "no close match among transformers' model types"
+        raise ProbeInputError(f"{file}: unknown model_type {model_type!r} ({hint})")
     try:
         config = AutoConfig.for_model(model_type, **data)
     except (ValueError, KeyError, TypeError) as err:
@@ -159,6 +165,13 @@ def _load_config(path: Path) -> tuple[Any, Path, bool]:
             f"{path}: no weights (model.safetensors or pytorch_model.bin); pass {file} for a random initialisation"
         )
     return config, folder, weights
+
+
+def _model_types() -> list[str]:
+    """The model types this transformers can build a config for (``AutoConfig.for_model``'s keys)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return list(CONFIG_MAPPING.keys())
 
 
 def _is_causal_lm(config: Any) -> bool:
