@@ -264,3 +264,36 @@ def test_monitor_lines_are_strict_json_with_non_finite_values_as_null(tmp_path: 
     assert lines[0] == {"step": 0, "loss": None, "change": None, "usage": [0.5, None]}
     assert lines[2] == {"step": 2, "w_change": None}
     assert record["loss"] != record["loss"]  # in memory the value stays NaN
+
+
+@pytest.mark.parametrize(
+    ("r", "match"),
+    [
+        (torch.tensor([[0.4, 0.6], [float("nan"), 0.5]]), "contains NaN or inf"),
+        (torch.full((2, 2), 4.0), "must lie in \\[0, 1\\]"),  # rows summing to 8: counts, not responsibilities
+        (torch.tensor([[0.2, 0.2], [0.5, 0.5]]), "must sum to 1"),
+        (torch.tensor([[1.5, -0.5]]), "must lie in \\[0, 1\\]"),
+    ],
+)
+def test_usage_refuses_what_is_not_a_responsibility(r: Tensor, match: str) -> None:
+    """Before: [0.4, nan] for a NaN row and [2.65, 1.85]-like usages for rows summing to 8, without a word."""
+    with pytest.raises(ValueError, match=match):
+        component_usage(r)
+    with pytest.raises(ValueError, match=match):
+        responsibility_histograms(r, bins=2)
+
+
+def test_usage_of_no_mass_is_an_error_and_a_float32_softmax_passes() -> None:
+    with pytest.raises(ValueError, match="positive sum"):
+        effective_components(torch.zeros(3))  # before: NaN
+    with pytest.raises(ValueError, match="contains NaN or inf"):
+        usage_entropy(torch.tensor([0.5, float("nan")]))
+    r = torch.softmax(torch.randn(512, 1000, generator=torch.Generator().manual_seed(0)) * 5, dim=1)  # float32
+    assert float(component_usage(r).sum()) == pytest.approx(1.0, abs=1e-4)
+    from implicit_em import set_validate_args
+
+    set_validate_args(False)
+    try:  # the value checks follow the library's switch, as the objectives' do
+        assert component_usage(torch.full((2, 2), 4.0)).tolist() == [4.0, 4.0]
+    finally:
+        set_validate_args(True)

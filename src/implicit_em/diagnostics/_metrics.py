@@ -11,14 +11,37 @@ from jaxtyping import Float
 from torch import Tensor
 
 from implicit_em import gaussian
+from implicit_em._checks import check_finite, validate_args_enabled
 
 
 def _rows(r: Tensor) -> Tensor:
+    """``r`` as (N, K) rows, checked: responsibilities are finite, in [0, 1], and each row sums to 1 (to the square
+    root of the dtype's epsilon: a softmax's round-off passes, a count or a logit does not). The value checks follow
+    :func:`implicit_em.set_validate_args`, as the objectives' do."""
     if not isinstance(r, Tensor):
         raise TypeError(f"responsibilities must be a torch.Tensor (N, K), got {type(r).__name__}")
     if r.dim() < 1 or r.shape[-1] == 0:
         raise ValueError(f"responsibilities need a component dim, got shape {tuple(r.shape)}")
-    return r.reshape(-1, r.shape[-1])  # (N, K)
+    rows = r.reshape(-1, r.shape[-1])  # (N, K)
+    if validate_args_enabled() and rows.numel() and rows.is_floating_point():
+        check_finite("responsibilities", rows)
+        tol = float(torch.finfo(rows.dtype).eps) ** 0.5
+        low, high = float(rows.min()), float(rows.max())
+        if low < -tol or high > 1 + tol:
+            raise ValueError(f"responsibilities must lie in [0, 1], got values from {low:.6g} to {high:.6g}")
+        worst = float((rows.sum(dim=1) - 1).abs().max())
+        if worst > tol * max(1, rows.shape[1]) ** 0.5:
+            raise ValueError(f"responsibilities must sum to 1 over the components; a row is off by {worst:.3g}")
+    return rows
+
+
+def _usage(usage: Tensor) -> Tensor:
+    """``usage`` checked: finite, non-negative, with some mass (its normalised form is defined)."""
+    if validate_args_enabled():
+        check_finite("usage", usage)
+        if usage.numel() == 0 or float(usage.min()) < 0 or float(usage.sum()) <= 0:
+            raise ValueError(f"usage must be non-negative with a positive sum, got {usage.tolist()}")
+    return usage
 
 
 def component_usage(r: Float[Tensor, "*n k"]) -> Float[Tensor, " k"]:
@@ -29,7 +52,7 @@ def component_usage(r: Float[Tensor, "*n k"]) -> Float[Tensor, " k"]:
 
 def usage_entropy(usage: Float[Tensor, " k"]) -> Float[Tensor, ""]:
     r"""Entropy (nats) of the normalised usage :math:`p_j = N_j / \sum_k N_k`; 0 if one component takes all."""
-    p = usage / usage.sum()
+    p = _usage(usage) / usage.sum()
     return -torch.special.xlogy(p, p).sum()
 
 
