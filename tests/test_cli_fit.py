@@ -479,3 +479,37 @@ def test_small_data_fits_on_one_thread_unless_told(tmp_path: Path) -> None:
     assert _cli_fit._threads(3, small) == 3
     big = _cli_data.Data(tmp_path / "big.npy", np.empty((_cli_fit.SMALL_DATA_VALUES // 4 + 1, 4)))
     assert _cli_fit._threads(None, big) is None
+
+
+def test_ctrl_c_during_a_fit_keeps_the_model_with_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The estimator keeps its last complete state when interrupted (a converged EM model, when split-and-merge
+    was running); the command saved nothing and exited 130. Planted: fit completes, then the interrupt arrives."""
+    good = _write_csv(tmp_path / "good.csv", _blobs(30), None)
+    real_fit = GaussianMixture.fit
+
+    def interrupted(self: GaussianMixture, x: Any, y: Any = None) -> GaussianMixture:
+        real_fit(self, x)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(GaussianMixture, "fit", interrupted)
+    out = tmp_path / "m.npz"
+    assert main(["fit", str(good), "--n-components", "2", "--out", str(out), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted; saved K = 2, its last complete state (converged: True) to {out}" in err
+    assert GaussianMixture.load(out).n_components == 2
+    assert main(["fit", str(good), "--n-components", "2", "--quiet"]) == 130
+    assert "nothing saved (no --out)" in capsys.readouterr().err
+
+    def second_k_interrupted(self: GaussianMixture, x: Any, y: Any = None) -> GaussianMixture:
+        if self.n_components == 2:
+            raise KeyboardInterrupt  # before any state: the best K finished before it is kept
+        return real_fit(self, x)
+
+    monkeypatch.setattr(GaussianMixture, "fit", second_k_interrupted)
+    out.unlink()
+    args = ["fit", str(good), "--n-components", "auto", "--k-range", "1:3", "--out", str(out), "--quiet"]
+    assert main(args) == 130
+    assert "saved K = 1, the best K finished before the interrupt" in capsys.readouterr().err
+    assert GaussianMixture.load(out).n_components == 1

@@ -188,6 +188,9 @@ def _fit_ks(args: argparse.Namespace, prog: str, data: Data, ks: range) -> int:
                 row = {"n_components": k, **_statistics(model, data), "n_iter": int(model.n_iter_)}
             except ValueError as err:
                 raise DataError(f"{data.path}: {err}") from None
+            except KeyboardInterrupt:
+                _keep_interrupted(args, prog, model, k, best)
+                raise
             row.update(converged=bool(model.converged_), seconds=seconds, **_split_merge_counts(model))
             results.append(row)
             if len(ks) > 1 and not args.quiet and not show:  # in a log, one line per K instead of the bar
@@ -220,6 +223,21 @@ def _fit_ks(args: argparse.Namespace, prog: str, data: Data, ks: range) -> int:
     }
     print(json.dumps(report) if args.json else _text(report, results))
     return 0
+
+
+def _keep_interrupted(args: argparse.Namespace, prog: str, model: Any, k: int, best: Any) -> None:
+    """Ctrl-C during a fit: the estimator keeps its last complete state (a converged EM model when split-and-merge
+    was running); with ``--out``, save it, or the best K finished before it, and say which. Nothing fitted: say so."""
+    fitted = hasattr(model, "means_")
+    keep, what = (model, f"K = {k}, its last complete state") if fitted else (None, "")
+    if keep is None and best is not None:
+        keep, what = best[0], f"K = {best[1]['n_components']}, the best K finished before the interrupt"
+    if args.out is None or keep is None:
+        if keep is not None:
+            print(f"{prog}: interrupted; nothing saved (no --out)", file=sys.stderr)
+        return
+    keep.save(args.out)
+    print(f"{prog}: interrupted; saved {what} (converged: {bool(keep.converged_)}) to {args.out}", file=sys.stderr)
 
 
 def _split_merge_counts(model: Any) -> dict[str, int]:
