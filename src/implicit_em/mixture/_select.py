@@ -1,7 +1,7 @@
 """Choosing a mixture's number of components (and covariance type) by BIC or AIC: :class:`MixtureSelector`.
 
 scikit-learn leaves this to a loop or to ``GridSearchCV`` with a scorer built from ``bic`` (its example "Gaussian
-Mixture Model Selection"); the request for an estimator (scikit-learn #19338) raised two concerns, answered here:
+Mixture Model Selection"); scikit-learn's open request for such an estimator raised two concerns, answered here:
 
 - *a bad start picks the wrong K*: every candidate is the template estimator with its own ``n_init`` starts, so a
   K is judged by its best start, and the whole table is kept (``results_``) for the user to read;
