@@ -20,7 +20,7 @@ from scipy.sparse import issparse
 from torch import Tensor
 
 from implicit_em.mixture import _distributed
-from implicit_em.mixture._validation import check_magnitude, check_real_dtype, check_values
+from implicit_em.mixture._validation import check_magnitude, check_real_dtype, check_sample_weight, check_values
 
 _MODEL_WIDTH = "the model expects"
 
@@ -88,6 +88,7 @@ class DataSource:
         dtype: torch.dtype,
         n_features: int | None = None,
         expected: str = _MODEL_WIDTH,
+        sample_weight: Any = None,
     ) -> None:
         self.device = device
         self.dtype = dtype
@@ -129,6 +130,16 @@ class DataSource:
             check_values("X", self._data, self.n_samples or 0, dtype)
             self._data = self._data.to(device=device, dtype=dtype)
             self._checked = True
+        #: one float64 weight per row (``sample_weight``), or None: every row counts once
+        self.weights: Tensor | None = None
+        if sample_weight is not None:
+            if self.kind == "iterable":
+                raise ValueError(
+                    "sample_weight needs X in memory (an array, a tensor or a memmap); for a stream of batches, "
+                    "fit on the rows with their weights as one array"
+                )
+            w = check_sample_weight(sample_weight, self.n_samples)
+            self.weights = torch.from_numpy(w).to(device)
 
     def _chunk(self, start: int, stop: int, check: bool = False) -> Tensor:
         part = self._data[start:stop]
@@ -175,6 +186,14 @@ class DataSource:
         for s in starts.tolist():
             yield self._chunk(s, s + batch_size, check=check)
 
+    def weighted_batches(self, batch_size: int) -> Iterator[Tensor | tuple[Tensor, Tensor]]:
+        """:meth:`batches` in their order, each as (x, its rows' weights) when the data are weighted."""
+        if self.weights is None:
+            yield from self.batches(batch_size)
+            return
+        for start, x in zip(range(0, int(self.n_samples or 0), batch_size), self.batches(batch_size), strict=True):
+            yield x, self.weights[start : start + batch_size]
+
     def join_group(self) -> None:
         """Place this process's rows in the global row index of a process group (rank order): sets ``layout``
         to (first global row, global rows). A stream is counted by one pass (which also validates it). From
@@ -195,6 +214,26 @@ class DataSource:
         if self.layout is None:
             return self.batches(batch_size, generator=generator)
         return self._group_batches(batch_size, generator)
+
+    def weighted_step_batches(
+        self, batch_size: int, generator: torch.Generator
+    ) -> Iterator[tuple[Tensor, Tensor | None]]:
+        """:meth:`step_batches` as (x, its rows' weights or None): the same draws from ``generator`` and the same
+        batches, so unit weights give an unweighted fit's steps."""
+        if self.weights is None:
+            for x in self.step_batches(batch_size, generator):
+                yield x, None
+            return
+        n, w = int(self.n_samples or 0), self.weights
+        starts = torch.arange(0, n, batch_size)
+        if self.kind == "tensor":
+            perm = torch.randperm(n, generator=generator).to(self._data.device)
+            for s in starts.tolist():
+                idx = perm[s : s + batch_size]
+                yield self._data.index_select(0, idx).to(device=self.device, dtype=self.dtype), w[idx.to(w.device)]
+            return
+        for s in starts[torch.randperm(len(starts), generator=generator)].tolist():
+            yield self._chunk(s, s + batch_size, check=not self._checked), w[s : s + batch_size]
 
     def _group_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Tensor]:
         """An array, tensor or memmap: the global batches the single process draws from the concatenated data
@@ -263,24 +302,31 @@ class DataSource:
 
         In a process group (after :meth:`join_group`) the sample of the concatenated shards, the same on every
         process and equal to the single process's sample of the concatenated data."""
+        return self.weighted_sample(max_rows, rng)[0]
+
+    def weighted_sample(self, max_rows: int, rng: np.random.RandomState) -> tuple[Tensor, Tensor | None]:
+        """:meth:`sample` and the weights of its rows (None when the data are unweighted)."""
         if self.layout is not None:
-            return self._group_sample(max_rows, rng)
+            if self.weights is not None:
+                raise ValueError("sample_weight is not supported in a torch.distributed process group yet")
+            return self._group_sample(max_rows, rng), None
         if self.kind != "iterable" and int(self.n_samples or 0) <= max_rows:
-            return self._chunk(0, int(self.n_samples or 0), check=True)
+            return self._chunk(0, int(self.n_samples or 0), check=True), self.weights
         if self.kind != "iterable":
             idx = np.sort(rng.choice(int(self.n_samples or 0), size=max_rows, replace=False))
+            w = None if self.weights is None else self.weights[torch.from_numpy(idx).to(self.weights.device)]
             if self.kind == "tensor":
                 rows = self._data[torch.from_numpy(idx)]
             else:  # a memmap's sample is checked as its batches are (k-means reads it first)
                 part = self._data[idx]
                 check_values("X", part, int(self.n_samples or 0), self.dtype)
                 rows = torch.from_numpy(part)
-            return rows.to(device=self.device, dtype=self.dtype)
+            return rows.to(device=self.device, dtype=self.dtype), w
         # keys from a generator seeded by rng's state without drawing from rng: a stream that fits in max_rows
         # then leaves rng exactly where an in-memory array leaves it, so the k-means start is the same
         key_rng = np.random.RandomState(int(rng.get_state()[1][0]))  # type: ignore[index]
         keep, _, where = self._stream_sample(max_rows, key_rng, 0)
-        return keep[torch.argsort(where)]  # in stream order: all rows, when N <= max_rows, as an array would be
+        return keep[torch.argsort(where)], None  # in stream order: all rows, when N <= max_rows, as an array would be
 
     def _stream_sample(
         self, max_rows: int, key_rng: np.random.RandomState, offset: int

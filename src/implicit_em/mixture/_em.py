@@ -24,6 +24,7 @@ from implicit_em.distances import gaussian_energies
 from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._estep import pass_summary
+from implicit_em.mixture._fused import Batch
 from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._settings import FitSettings
 from implicit_em.mixture._stats import MixtureParams, Summary, from_summaries, score_matrix
@@ -74,7 +75,7 @@ def full_pass(
     """
     a = score_matrix(params, covariance_type, shift).to(data.dtype)
     collective = sync and _distributed.active()
-    batches = data.batches(batch_size)
+    batches = data.weighted_batches(batch_size)
     if interruptible and not collective:
         batches = _checked(batches)
     total = pass_summary(batches, a, shift, lookahead=data.kind != "iterable")
@@ -90,11 +91,11 @@ def full_pass(
     return total
 
 
-def _checked(batches: Iterator[Tensor]) -> Iterator[Tensor]:
+def _checked(batches: Iterator[Batch]) -> Iterator[Batch]:
     """The batches, with a pending SIGINT raised before each is handed on."""
-    for x in batches:
+    for batch in batches:
         _interrupt.check()
-        yield x
+        yield batch
 
 
 def fit_em(

@@ -10,16 +10,18 @@ batches an uninterrupted run sees.
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 from implicit_em.mixture._data import DataSource
 
-__all__ = ["EpochPosition", "epoch_batches"]
+__all__ = ["EpochPosition", "epoch_batches", "weighted_epoch_batches"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -31,16 +33,16 @@ class EpochPosition:
     step: int = 0
     generator: Tensor | None = None
     total: float = 0.0
-    count: int = 0
+    count: float = 0.0  # rows, or their summed weights
     prev: float = -math.inf
 
-    def advance(self, objective_sum: float, rows: int) -> None:
+    def advance(self, objective_sum: float, rows: float) -> None:
         """One mini-batch step done."""
         self.step, self.total, self.count = self.step + 1, self.total + objective_sum, self.count + rows
 
     def mean(self) -> float:
         """The mean objective per row of the epoch so far."""
-        return self.total / max(self.count, 1)
+        return self.total / self.count if self.count > 0 else self.total
 
     def end_epoch(self, prev: float) -> None:
         """The epoch is complete; ``prev`` is the mean the next epoch compares with."""
@@ -68,7 +70,7 @@ class EpochPosition:
     def from_dict(cls, d: dict[str, Any]) -> "EpochPosition":
         """The inverse of :meth:`to_dict`."""
         return cls(
-            int(d["epoch"]), int(d["step"]), d["generator"], float(d["total"]), int(d["count"]), float(d["prev"])
+            int(d["epoch"]), int(d["step"]), d["generator"], float(d["total"]), float(d["count"]), float(d["prev"])
         )
 
 
@@ -77,9 +79,25 @@ def epoch_batches(
 ) -> Iterator[Tensor]:
     """The batches of the epoch in progress: a new epoch records the generator state it starts from; a
     resumed one restarts from that state and skips the ``position.step`` batches already used."""
+    return _epoch(data.step_batches, batch_size, generator, position)
+
+
+def weighted_epoch_batches(
+    data: DataSource, batch_size: int, generator: torch.Generator, position: EpochPosition
+) -> Iterator[tuple[Tensor, Tensor | None]]:
+    """:func:`epoch_batches` with each batch's row weights (None for unweighted data)."""
+    return _epoch(data.weighted_step_batches, batch_size, generator, position)
+
+
+def _epoch(
+    draw: Callable[[int, torch.Generator], Iterator[T]],
+    batch_size: int,
+    generator: torch.Generator,
+    position: EpochPosition,
+) -> Iterator[T]:
     if position.step == 0:
         position.generator = generator.get_state()
-        return data.step_batches(batch_size, generator)
+        return draw(batch_size, generator)
     assert position.generator is not None
     generator.set_state(position.generator.cpu())
-    return itertools.islice(data.step_batches(batch_size, generator), position.step, None)
+    return itertools.islice(draw(batch_size, generator), position.step, None)

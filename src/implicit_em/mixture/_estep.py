@@ -23,7 +23,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from implicit_em.mixture._fused import BatchSummarizer, fused_pass_loglik, fused_pass_summary
+from implicit_em.mixture._fused import Batch, BatchSummarizer, fused_pass_loglik, fused_pass_summary
 from implicit_em.mixture._stats import Summary, log_normalize, summarize, weighted_log_prob
 
 __all__ = ["Summarizer", "fused", "pass_loglik", "pass_summary"]
@@ -35,16 +35,18 @@ def fused(dtype: torch.dtype) -> bool:
 
 
 def pass_summary(
-    batches: Iterable[Tensor], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"], lookahead: bool = True
+    batches: Iterable[Batch], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"], lookahead: bool = True
 ) -> Summary | None:
     """The summed statistics (float64) of every row of ``batches`` under the score matrix ``a`` (P, K) of
     :func:`~implicit_em.mixture._stats.score_matrix`, in ``a``'s dtype; None when there were no batches.
+    A batch is (B, D) rows, or a pair (rows, their weights (B,)): a weighted row counts that many times.
     ``lookahead=False``: a batch's work is done before the next is drawn (a stream reusing its buffer)."""
     if fused(a.dtype):
         return fused_pass_summary(batches, a, shift, lookahead=lookahead)
     total: Summary | None = None
-    for x in batches:
-        part, _ = summarize(x, a, shift)
+    for batch in batches:
+        x, w = batch if isinstance(batch, tuple) else (batch, None)
+        part, _ = summarize(x, a, shift, w)
         total = part if total is None else total + part
     return total
 
@@ -70,11 +72,18 @@ class Summarizer:
     def __init__(self, rows: int, n_features: int, n_components: int, dtype: torch.dtype, device: torch.device):
         self._fused = BatchSummarizer(rows, n_features, n_components, dtype, device) if fused(dtype) else None
 
-    def __call__(self, x: Float[Tensor, "b d"], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"]) -> Summary:
-        """The summed statistics (float64) of the rows of x under the score matrix a (P, K)."""
+    def __call__(
+        self,
+        x: Float[Tensor, "b d"],
+        a: Float[Tensor, "p k"],
+        shift: Float[Tensor, " d"],
+        weights: Float[Tensor, " b"] | None = None,
+    ) -> Summary:
+        """The summed statistics (float64) of the rows of x (each counted ``weights`` times) under the score
+        matrix a (P, K)."""
         if self._fused is None:
-            return summarize(x, a, shift)[0]
-        return self._fused(x, a, shift)
+            return summarize(x, a, shift, weights)[0]
+        return self._fused(x, a, shift, weights)
 
     @classmethod
     def for_batch(cls, x: Float[Tensor, "b d"], a: Float[Tensor, "p k"]) -> "Summarizer":

@@ -170,10 +170,19 @@ class Fitter(Protocol):
         ...
 
     def partial_step(
-        self, state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, *, shift: Tensor, scale: float
+        self,
+        state: Any,
+        x: Tensor,
+        params: MixtureParams,
+        settings: FitSettings,
+        *,
+        shift: Tensor,
+        scale: float,
+        weights: Tensor | None = None,
     ) -> tuple[Any, MixtureParams, float]:
-        """One step on the batch x (state None: start one from ``params``); returns the new state, the new
-        parameters and the batch's mean log-likelihood."""
+        """One step on the batch x (state None: start one from ``params``), its rows counted ``weights`` times
+        when given (the EM fitters); returns the new state, the new parameters and the batch's mean
+        log-likelihood."""
         ...
 
 
@@ -185,7 +194,15 @@ class _OnlineSteps:
     distributed = True
 
     def partial_step(
-        self, state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, *, shift: Tensor, scale: float
+        self,
+        state: Any,
+        x: Tensor,
+        params: MixtureParams,
+        settings: FitSettings,
+        *,
+        shift: Tensor,
+        scale: float,
+        weights: Tensor | None = None,
     ) -> tuple[Any, MixtureParams, float]:
         state = state if state is not None else init_state(params, settings.covariance_type, shift)
         state, new, loglik = online_step(
@@ -196,8 +213,9 @@ class _OnlineSteps:
             reg_covar=settings.reg_covar,
             shift=shift,
             compute_dtype=x.dtype,
+            weights=weights,
         )
-        return state, new, float(loglik) / x.shape[0]
+        return state, new, float(loglik) / (x.shape[0] if weights is None else float(weights.sum()))
 
 
 class BatchEM(_OnlineSteps):
@@ -268,8 +286,18 @@ class GradientDescent:
         return result._replace(lower_bound=exact), state
 
     def partial_step(
-        self, state: Any, x: Tensor, params: MixtureParams, settings: FitSettings, *, shift: Tensor, scale: float
+        self,
+        state: Any,
+        x: Tensor,
+        params: MixtureParams,
+        settings: FitSettings,
+        *,
+        shift: Tensor,
+        scale: float,
+        weights: Tensor | None = None,
     ) -> tuple[Any, MixtureParams, float]:
+        if weights is not None:
+            raise ValueError('sample_weight is not supported by fitter="gd" yet')
         if state is None:
             state = make_state(
                 params, settings.covariance_type, shift, scale, settings.learning_rate, settings.optimizer

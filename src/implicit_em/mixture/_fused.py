@@ -38,7 +38,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from implicit_em.mixture._stats import Summary, _unpack, log_normalize
+from implicit_em.mixture._stats import Summary, _unpack, log_normalize, weighted_sum
 
 __all__ = ["SUB_CHUNK", "BatchSummarizer", "circulant_order", "fused_pass_loglik", "fused_pass_summary"]
 
@@ -71,6 +71,9 @@ def circulant_order(n_features: int, device: torch.device | None = None) -> Tens
 
 
 Linear = Callable[[Tensor, Tensor], Tensor]  #: (x, w) -> x wᵀ
+
+#: what a pass reads: a batch of rows (B, D), or a batch and its rows' weights (B,)
+Batch = Tensor | tuple[Tensor, Tensor]
 
 
 @functools.lru_cache(maxsize=1)
@@ -157,19 +160,27 @@ class _Workspace:
         shift: Float[Tensor, " d"],
         s: Tensor | None,
         loglik: Tensor,
+        weights: Tensor | None = None,
     ) -> None:
         """Add the rows of x, in chunks of at most ``rows``, to the float64 sums s (R φ, (K, P), circulant order;
         None: no statistics GEMM) and loglik (Σ log p, 0-dim): the compute dtype within a chunk, float64 across
-        chunks."""
+        chunks. ``weights`` (B,): each row counts that many times (its responsibilities are scaled before the
+        statistics GEMM)."""
         for start in range(0, x.shape[0], self.rows):
             phi_t = self.features(x[start : start + self.rows], shift)
             resp, log_norm = self.responsibilities(phi_t, a_t)
+            if weights is None:
+                if s is not None:
+                    s += self.statistics(resp, phi_t)
+                loglik += log_norm.sum(dtype=torch.float64)
+                continue
+            w = weights[start : start + self.rows]
             if s is not None:
-                s += self.statistics(resp, phi_t)
-            loglik += log_norm.sum(dtype=torch.float64)
+                s += self.statistics(resp.mul_(w.to(resp.dtype)), phi_t)
+            loglik += weighted_sum(log_norm, w)
 
 
-def _summary(s: Float[Tensor, "k p"], loglik: Tensor, n: int, order: Tensor, n_features: int) -> Summary:
+def _summary(s: Float[Tensor, "k p"], loglik: Tensor, n: float, order: Tensor, n_features: int) -> Summary:
     """The :class:`~implicit_em.mixture._stats.Summary` of float64 sums in the circulant order."""
     s_std = torch.empty_like(s)
     s_std[:, order] = s  # back to quadratic_features' column order
@@ -187,13 +198,21 @@ class BatchSummarizer:
         self.ws = _Workspace(max(1, min(rows, SUB_CHUNK)), n_features, n_components, dtype, device)
         self.order, self.n_features = circulant_order(n_features, device), n_features
 
-    def __call__(self, x: Float[Tensor, "b d"], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"]) -> Summary:
-        """The summed statistics (float64) of the rows of x under the score matrix a (P, K), compute dtype."""
+    def __call__(
+        self,
+        x: Float[Tensor, "b d"],
+        a: Float[Tensor, "p k"],
+        shift: Float[Tensor, " d"],
+        weights: Float[Tensor, " b"] | None = None,
+    ) -> Summary:
+        """The summed statistics (float64) of the rows of x (each counted ``weights`` times) under the score
+        matrix a (P, K), compute dtype."""
         a_t = a[self.order].T.contiguous()  # (K, P): columns in circulant order
         s = torch.zeros(a_t.shape, dtype=torch.float64, device=a.device)
         loglik = torch.zeros((), dtype=torch.float64, device=a.device)
-        self.ws.add(x.to(a.dtype), a_t, shift.to(a.dtype), s, loglik)
-        return _summary(s, loglik, x.shape[0], self.order, self.n_features)
+        self.ws.add(x.to(a.dtype), a_t, shift.to(a.dtype), s, loglik, weights)
+        n = float(x.shape[0]) if weights is None else float(weights.double().sum())
+        return _summary(s, loglik, n, self.order, self.n_features)
 
 
 class _Sums:
@@ -205,11 +224,11 @@ class _Sums:
         self.ws = _Workspace(rows, n_features, k, a_t.dtype, a_t.device)
         self.s = torch.zeros(k, p, dtype=torch.float64, device=a_t.device) if statistics else None
         self.loglik = torch.zeros((), dtype=torch.float64, device=a_t.device)
-        self.n = 0
+        self.n = 0.0  # rows, or their summed weights
 
-    def add(self, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"]) -> None:
-        self.ws.add(x, self.a_t, shift, self.s, self.loglik)
-        self.n += x.shape[0]
+    def add(self, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"], weights: Tensor | None = None) -> None:
+        self.ws.add(x, self.a_t, shift, self.s, self.loglik, weights)
+        self.n += float(x.shape[0]) if weights is None else float(weights.double().sum())
 
 
 def _one_thread() -> None:
@@ -228,7 +247,7 @@ def _one_thread_per_op() -> Iterator[None]:
 
 
 def fused_pass_summary(
-    batches: Iterable[Tensor],
+    batches: Iterable[Batch],
     a: Float[Tensor, "p k"],
     shift: Float[Tensor, " d"],
     rows: int = SUB_CHUNK,
@@ -248,6 +267,8 @@ def fused_pass_summary(
 
     ``lookahead=False`` waits for a batch's work before the next batch is drawn from ``batches``: for a stream
     whose producer may reuse one buffer for every batch (a user's iterable), which the queued batch would race.
+
+    A batch may be a pair (x, weights): its rows then count ``weights`` times (n is their sum).
     """
     done = _pass(batches, a, shift, rows, workers, lookahead, statistics=True)
     if done is None:
@@ -267,11 +288,11 @@ def fused_pass_loglik(
     if done is None:
         return 0.0, 0
     sums, _ = done
-    return float(functools.reduce(operator.add, (w.loglik for w in sums))), sum(w.n for w in sums)
+    return float(functools.reduce(operator.add, (w.loglik for w in sums))), int(sum(w.n for w in sums))
 
 
 def _pass(
-    batches: Iterable[Tensor],
+    batches: Iterable[Batch],
     a: Float[Tensor, "p k"],
     shift: Float[Tensor, " d"],
     rows: int,
@@ -284,7 +305,7 @@ def _pass(
     first = next(it, None)
     if first is None:
         return None
-    d = first.shape[1]
+    d = (first[0] if isinstance(first, tuple) else first).shape[1]
     order = circulant_order(d, a.device)
     a_t, shift_c = a[order].T.contiguous(), shift.to(a.dtype)  # (K, P): columns in circulant order
     if workers is None:
@@ -293,10 +314,11 @@ def _pass(
     with contextlib.ExitStack() as stack:
         queues: list[ThreadPoolExecutor] = []  # one single-thread queue per worker: its chunks in order
         in_flight: collections.deque[list[Future[None]]] = collections.deque()
-        for x in itertools.chain((first,), it):
+        for batch in itertools.chain((first,), it):
+            x, w = batch if isinstance(batch, tuple) else (batch, None)
             x = x.to(a.dtype)
             if not queues and (workers == 1 or x.shape[0] <= rows):  # one chunk: no threads to share it
-                sums[0].add(x, shift_c)
+                sums[0].add(x, shift_c, w)
                 continue
             if not queues:  # the first batch worth sharing
                 stack.enter_context(_one_thread_per_op())
@@ -305,7 +327,13 @@ def _pass(
                 queues = [stack.enter_context(ThreadPoolExecutor(1, initializer=_one_thread)) for _ in sums]
             block = -(-x.shape[0] // (workers * rows)) * rows  # rows per worker, a multiple of ``rows``
             parts = [x[i * block : (i + 1) * block] for i in range(workers)]
-            in_flight.append([q.submit(w.add, part, shift_c) for q, w, part in zip(queues, sums, parts, strict=True)])
+            part_w = [None if w is None else w[i * block : (i + 1) * block] for i in range(workers)]
+            in_flight.append(
+                [
+                    q.submit(sum_.add, part, shift_c, pw)
+                    for q, sum_, part, pw in zip(queues, sums, parts, part_w, strict=True)
+                ]
+            )
             if len(in_flight) > int(lookahead):  # two batches at most: the next one queued while this one runs
                 for job in in_flight.popleft():
                     job.result()  # raises a worker's error here

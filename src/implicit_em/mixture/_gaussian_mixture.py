@@ -214,8 +214,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         if self.device is not None:
             _validation.check_device(self.device)
 
-    def _source(self, x: Any, reset: bool) -> DataSource:
-        """Validate X (sklearn's rules for plain arrays) and wrap it. A warm-start refit keeps the fitted width."""
+    def _source(self, x: Any, reset: bool, sample_weight: Any = None) -> DataSource:
+        """Validate X (sklearn's rules for plain arrays) and wrap it, with its rows' weights (see :meth:`fit`). A
+        warm-start refit keeps the fitted width."""
         warm = reset and self.warm_start and hasattr(self, "converged_")
         width = _input_width(x)
         if warm and width is not None:
@@ -235,23 +236,33 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         )
         n_features = None if reset and not warm else int(self.n_features_in_)
         expected = "warm_start=True continues the previous fit, which has" if warm else "the model expects"
-        source = DataSource(x, device, _dtype(self.dtype, x), n_features, expected)
+        source = DataSource(x, device, _dtype(self.dtype, x), n_features, expected, sample_weight)
         if reset and source.n_features is not None:
             self.n_features_in_ = source.n_features
         return source
 
     # -- fitting -------------------------------------------------------------------------------------------------
 
-    def fit(self, X: Any, y: Any = None) -> "GaussianMixture":
-        """Estimate the parameters (best of ``n_init`` starts) and return self."""
-        self._fit(X)
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> "GaussianMixture":
+        """Estimate the parameters (best of ``n_init`` starts) and return self.
+
+        ``sample_weight`` (N,), optional: a finite, non-negative weight per row of X (an array, tensor or memmap),
+        not all zero. Row i counts w_i times in every statistic and in the log-likelihood, so an integer weight
+        equals repeating the row and a zero weight equals removing it (from the same start: the k-means start
+        draws differently on weighted and repeated rows); the start uses the weights too (k-means, k-means++
+        and the M-step from the initial responsibilities; "random_from_data" draws rows in proportion to their
+        weight). The EM fitters ("em", "online_em", whose mini-batch steps average over Σ w) in one process, not yet
+        "gd" or a process group; split-and-merge proposes moves from an unweighted sample and accepts them on the
+        weighted likelihood.
+        """
+        self._fit(X, sample_weight)
         return self
 
-    def fit_predict(self, X: Any, y: Any = None) -> Any:
+    def fit_predict(self, X: Any, y: Any = None, sample_weight: Any = None) -> Any:
         """Fit, then the most probable component of every sample (equal to ``fit(X).predict(X)``)."""
-        return self._fit(X).predict(X)
+        return self._fit(X, sample_weight).predict(X)
 
-    def _fit(self, X: Any) -> "GaussianMixture":
+    def _fit(self, X: Any, sample_weight: Any = None) -> "GaussianMixture":
         group = _distributed.active()
         rejected: Exception | None = None
         try:  # in a process group every process learns whether any rejected its arguments or its shard
@@ -259,7 +270,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             path = _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
             settings = FitSettings.from_params(self.get_params(deep=False))
             fitter = REGISTRY[settings.fitter]
-            data = self._source(X, reset=True)
+            if sample_weight is not None:
+                _check_weighted_fit(self.fitter, group)
+            data = self._source(X, reset=True, sample_weight=sample_weight)
         except (ValueError, TypeError) as error:
             if not group:
                 raise
@@ -279,7 +292,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         if group:  # rank 0's generator on every process: every process draws what the single process draws
             rng = _distributed.sync_rng(rng, data.device)
         do_init = not (self.warm_start and hasattr(self, "converged_"))
-        ckpt = self._open_checkpoint(path, X, data, do_init)
+        ckpt = self._open_checkpoint(path, X, data, do_init, sample_weight)
         saved = ckpt.load() if ckpt is not None else None
         with _interrupt.deferred():  # a SIGINT waits for the fitters' next safe point (module _interrupt)
             if saved is not None:
@@ -329,7 +342,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.history_ = history
 
     def _open_checkpoint(
-        self, path: Path | None, x: Any, data: DataSource, do_init: bool
+        self, path: Path | None, x: Any, data: DataSource, do_init: bool, sample_weight: Any = None
     ) -> _checkpoint.Checkpoint | None:
         if path is None:
             return None
@@ -341,6 +354,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             )
         )
         identity = _checkpoint.fit_identity(self.get_params(deep=False), x, _is_batches(x), start)
+        if data.weights is not None:  # another call's weights are another fit
+            identity["sample_weight"] = _checkpoint.start_identity(data.weights.cpu().numpy())
         kind = _checkpoint.GroupCheckpoint if _distributed.active() else _checkpoint.Checkpoint  # a file per process
         return kind(path, int(self.checkpoint_every), identity, data.device)
 
@@ -360,24 +375,32 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         params: MixtureParams | None = None
         group = data.layout is not None  # a process group: every process holds the same global sample
         if need_resp:
-            x = data.sample(_INIT_SAMPLE, rng)
+            x, w = data.weighted_sample(_INIT_SAMPLE, rng)
             if group:  # rank 0 starts from the global sample, as the single process would; every process gets it
                 params = self._sample_params(x, k, rng, shift, data.dtype) if _distributed.rank() == 0 else None
                 params = _distributed.broadcast_params(params or _zero_params(k, d, self.covariance_type, x))
                 _distributed.sync_rng(rng, data.device, into=True)  # k-means drew from rank 0's generator only
             else:
-                params = self._sample_params(x, k, rng, shift, data.dtype)
+                params = self._sample_params(x, k, rng, shift, data.dtype, w)
         return self._apply_user_init(params, k, d, data.dtype, data.device)
 
     def _sample_params(
-        self, x: Tensor, k: int, rng: np.random.RandomState, shift: Tensor, dtype: torch.dtype
+        self,
+        x: Tensor,
+        k: int,
+        rng: np.random.RandomState,
+        shift: Tensor,
+        dtype: torch.dtype,
+        weights: Tensor | None = None,
     ) -> MixtureParams:
-        """The initial responsibilities of the sample x (``init_params``, drawn from rng), then an M-step."""
-        assign = initial_assignment(x, k, self.init_params, rng)
+        """The initial responsibilities of the sample x (``init_params``, drawn from rng), then an M-step, each
+        row counted ``weights`` times when given."""
+        assign = initial_assignment(x, k, self.init_params, rng, weights)
         summary = None
         for start in range(0, x.shape[0], _CHUNK):
             resp = assign.rows(start, start + _CHUNK, k, x.dtype)
-            part = _stats.summarize_resp(x[start : start + _CHUNK], resp, shift)
+            w = None if weights is None else weights[start : start + _CHUNK]
+            part = _stats.summarize_resp(x[start : start + _CHUNK], resp, shift, w)
             summary = part if summary is None else summary + part
         assert summary is not None
         with warnings.catch_warnings():
@@ -430,17 +453,21 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         )
         return best
 
-    def partial_fit(self, X: Any, y: Any = None) -> "GaussianMixture":
+    def partial_fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> "GaussianMixture":
         """One online-EM step ("em", "online_em") or one gradient step ("gd") on the batch X.
 
         The first call initialises from X with ``init_params`` (X should then hold at least n_components rows).
+        ``sample_weight`` (N,), optional, as in :meth:`fit` ("em" and "online_em"): the step's statistics are
+        the weighted means of the batch.
         """
         first = not hasattr(self, "converged_")
         self._check_parameters()
         _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
         settings = FitSettings.from_params(self.get_params(deep=False))
         fitter = REGISTRY[settings.fitter]
-        data = self._source(X, reset=first)
+        if sample_weight is not None and settings.fitter == "gd":
+            raise ValueError('sample_weight is supported by the EM fitters\' partial_fit ("em", "online_em"), not "gd"')
+        data = self._source(X, reset=first, sample_weight=sample_weight)
         x = torch.cat(list(data.batches(1 << 30)))
         if first:
             if x.shape[0] < self.n_components:
@@ -457,7 +484,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         t0 = time.perf_counter()
         state = getattr(self, fitter.state_attr, None)
         with _interrupt.deferred():  # the step (in place for "gd") and its bookkeeping complete, then a SIGINT
-            state, new, loglik = fitter.partial_step(state, x, params, settings, shift=self._shift, scale=self._scale)
+            state, new, loglik = fitter.partial_step(
+                state, x, params, settings, shift=self._shift, scale=self._scale, weights=data.weights
+            )
             setattr(self, fitter.state_attr, state)
             self._set_params(new, data.dtype)
             self.n_iter_ += 1
@@ -511,16 +540,24 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         logp, as_tensor, dtype = self._weighted_log_prob(X)
         return _out(_stats.log_normalize(logp.T)[1].to(dtype), as_tensor)
 
-    def score(self, X: Any, y: Any = None) -> float:
-        """Mean log-likelihood per sample."""
-        return self._mean_log_likelihood(X)[0]
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """Mean log-likelihood per sample (weighted by ``sample_weight``, as in :meth:`fit`, when given)."""
+        return self._mean_log_likelihood(X, sample_weight)[0]
 
-    def _mean_log_likelihood(self, X: Any) -> tuple[float, int]:
-        """(mean log p(x), N) in one pass: X may be a stream, whose N is known only after it."""
+    def _mean_log_likelihood(self, X: Any, sample_weight: Any = None) -> tuple[float, float]:
+        """(mean log p(x), N) in one pass: X may be a stream, whose N is known only after it. With
+        ``sample_weight``: the weighted mean and N = Σ w (the rows the weights stand for)."""
         logp, _, _ = self._weighted_log_prob(X)
         if logp.shape[0] == 0:
             raise ValueError("X holds no samples; the log-likelihood of no data is undefined")
-        return float(_stats.log_normalize(logp.T)[1].double().mean()), int(logp.shape[0])
+        log_p = _stats.log_normalize(logp.T)[1].double()
+        if sample_weight is None:
+            return float(log_p.mean()), float(logp.shape[0])
+        if _is_batches(X):
+            raise ValueError("sample_weight needs X in memory (an array, a tensor or a memmap), not a stream")
+        w = torch.from_numpy(_validation.check_sample_weight(sample_weight, int(logp.shape[0]))).to(log_p.device)
+        total = float(w.sum())
+        return float(_stats.weighted_sum(log_p, w)) / total, total
 
     def predict(self, X: Any) -> Any:
         """The most probable component of every sample, (N,)."""
@@ -537,14 +574,16 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         cov = {"full": k * d * (d + 1) / 2, "diag": k * d, "tied": d * (d + 1) / 2, "spherical": k}
         return int(cov[self.covariance_type] + d * k + k - 1)
 
-    def bic(self, X: Any) -> float:
-        """Bayesian information criterion: -2 log L + p log N (lower is better); X may be a stream."""
-        mean, n = self._mean_log_likelihood(X)
+    def bic(self, X: Any, sample_weight: Any = None) -> float:
+        """Bayesian information criterion: -2 log L + p log N (lower is better); X may be a stream. With
+        ``sample_weight``: log L = Σ w log p(x) and N = Σ w, as for the rows the weights stand for."""
+        mean, n = self._mean_log_likelihood(X, sample_weight)
         return -2 * mean * n + self._n_parameters() * math.log(n)
 
-    def aic(self, X: Any) -> float:
-        """Akaike information criterion: -2 log L + 2 p (lower is better); X may be a stream."""
-        mean, n = self._mean_log_likelihood(X)
+    def aic(self, X: Any, sample_weight: Any = None) -> float:
+        """Akaike information criterion: -2 log L + 2 p (lower is better); X may be a stream; ``sample_weight``
+        as in :meth:`bic`."""
+        mean, n = self._mean_log_likelihood(X, sample_weight)
         return -2 * mean * n + 2 * self._n_parameters()
 
     def sample(self, n_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -604,6 +643,14 @@ def _zero_params(k: int, d: int, covariance_type: str, like: Tensor) -> MixtureP
     shape = gaussian.parameter_shape(covariance_type, k, d)
     w, mu, cov = (torch.zeros(s, dtype=like.dtype, device=like.device) for s in ((k,), (k, d), shape))
     return MixtureParams(w, mu, cov, cov.clone())
+
+
+def _check_weighted_fit(fitter: str, group: bool) -> None:
+    """Raise ValueError where ``sample_weight`` is not supported yet: a stochastic fitter, a process group."""
+    if fitter == "gd":
+        raise ValueError('sample_weight is supported by the EM fitters ("em", "online_em"), not yet by "gd"')
+    if group:
+        raise ValueError("sample_weight is not supported in a torch.distributed process group yet")
 
 
 def _is_batches(x: Any) -> bool:

@@ -40,21 +40,35 @@ class Assignment(NamedTuple):
 
 
 def initial_assignment(
-    x: Float[Tensor, "n d"], n_components: int, init_params: str, rng: np.random.RandomState
+    x: Float[Tensor, "n d"],
+    n_components: int,
+    init_params: str,
+    rng: np.random.RandomState,
+    weights: Float[Tensor, " n"] | None = None,
 ) -> Assignment:
-    """Responsibilities to start EM from, drawn from ``rng`` exactly as scikit-learn draws them."""
+    """Responsibilities to start EM from, drawn from ``rng`` exactly as scikit-learn draws them. With row
+    ``weights``: k-means and k-means++ take them as ``sample_weight``, "random_from_data" draws rows in
+    proportion to them (a row of weight zero is never a seed), "random" is unchanged (the M-step weights it)."""
     n = x.shape[0]
+    w = None if weights is None else weights.detach().double().cpu().numpy()
     if init_params == "kmeans":
         x_np = x.detach().cpu().numpy()
-        labels = KMeans(n_clusters=n_components, n_init=1, random_state=rng).fit(x_np).labels_
+        labels = KMeans(n_clusters=n_components, n_init=1, random_state=rng).fit(x_np, sample_weight=w).labels_
         return Assignment(torch.from_numpy(labels.astype(np.int64)).to(x.device), None)
     if init_params == "k-means++":
-        _, idx = kmeans_plusplus(x.detach().cpu().numpy(), n_components, random_state=rng)
+        _, idx = kmeans_plusplus(x.detach().cpu().numpy(), n_components, random_state=rng, sample_weight=w)
         return _one_hot_at(n, idx, x.device)
     if init_params == "random":
         dense = torch.from_numpy(rng.uniform(size=(n, n_components))).to(x.device)
         return Assignment(None, dense / dense.sum(1, keepdim=True))
     if init_params == "random_from_data":
+        if w is not None:
+            if int((w > 0).sum()) < n_components:
+                raise ValueError(
+                    f'init_params="random_from_data" needs at least n_components={n_components} rows of positive '
+                    f"sample_weight, got {int((w > 0).sum())}"
+                )
+            return _one_hot_at(n, rng.choice(n, size=n_components, replace=False, p=w / w.sum()), x.device)
         return _one_hot_at(n, rng.choice(n, size=n_components, replace=False), x.device)
     raise ValueError(f"init_params must be one of {INIT_PARAMS}, got {init_params!r}")
 

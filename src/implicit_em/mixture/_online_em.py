@@ -31,7 +31,7 @@ from torch import Tensor
 from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
-from implicit_em.mixture._epochs import EpochPosition, epoch_batches
+from implicit_em.mixture._epochs import EpochPosition, weighted_epoch_batches
 from implicit_em.mixture._estep import Summarizer
 from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._settings import CHUNK, FitSettings
@@ -62,12 +62,14 @@ def online_step(
     step_offset: float = 2.0,
     step_power: float = 0.5,
     summarizer: Summarizer | None = None,
+    weights: Float[Tensor, " b"] | None = None,
 ) -> tuple[OnlineState, MixtureParams, Float[Tensor, ""]]:
     """One stochastic EM step on batch x: returns the new state, the new parameters and Σ_i log p(x_i) (float64).
     ``summarizer``: the fit's E-step (:class:`~implicit_em.mixture._estep.Summarizer`), whose buffers are kept
-    across steps; by default one for this batch."""
+    across steps; by default one for this batch. ``weights`` (B,): each row counts that many times (the step
+    averages the statistics over Σ w, and the log-likelihood is Σ_i w_i log p(x_i))."""
     a = score_matrix(params, covariance_type, shift).to(compute_dtype)
-    batch = (summarizer or Summarizer.for_batch(x, a))(x, a, shift)
+    batch = (summarizer or Summarizer.for_batch(x, a))(x, a, shift, weights)
     state, new = _update(state, batch, params, covariance_type, reg_covar, shift, step_offset, step_power)
     return state, new, batch.loglik
 
@@ -171,7 +173,10 @@ def fit_online_em(
                 if not in_group:  # in a process group the interrupt flag travels with the all-reduce
                     _interrupt.check()
                 t0 = time.perf_counter()
-                for x in epoch_batches(data, batch_size, generator, pos):
+                for x, w in weighted_epoch_batches(data, batch_size, generator, pos):
+                    if w is not None and not bool((w > 0).any()):  # a batch of removed rows: no step
+                        pos.advance(0.0, 0.0)
+                        continue
                     if in_group:
                         step = group_online_step(
                             online,
@@ -197,8 +202,9 @@ def fit_online_em(
                         shift=shift,
                         compute_dtype=data.dtype,
                         summarizer=summarizer,
+                        weights=w,
                     )
-                    pos.advance(float(batch_loglik), x.shape[0])
+                    pos.advance(float(batch_loglik), x.shape[0] if w is None else float(w.sum()))
                     _interrupt.check()
                 usage = params.weights if pos.step > 0 else torch.zeros_like(params.weights)
                 mean, prev = pos.mean(), pos.prev

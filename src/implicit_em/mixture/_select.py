@@ -86,8 +86,9 @@ class MixtureSelector(MetaEstimatorMixin, DensityMixin, BaseEstimator):
             )
         return template, [int(k) for k in ks], covs
 
-    def fit(self, X: Any, y: Any = None) -> "MixtureSelector":
-        """Fit every candidate on X and keep the one with the lowest criterion; return self."""
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> "MixtureSelector":
+        """Fit every candidate on X and keep the one with the lowest criterion; return self. ``sample_weight``
+        (as in :meth:`GaussianMixture.fit`) weights every fit and the criteria (N = Σ w)."""
         template, ks, covs = self._candidates()
         n_rows = getattr(X, "shape", (None,))[0]
         if n_rows is not None and n_rows < max(ks):
@@ -100,8 +101,9 @@ class MixtureSelector(MetaEstimatorMixin, DensityMixin, BaseEstimator):
         best: tuple[float, GaussianMixture] | None = None
         for cov in covs:
             for k in ks:
-                model = clone(template).set_params(n_components=k, covariance_type=cov).fit(X)
-                mean, n = model._mean_log_likelihood(X)
+                model = clone(template).set_params(n_components=k, covariance_type=cov)
+                model.fit(X, sample_weight=sample_weight)
+                mean, n = model._mean_log_likelihood(X, sample_weight)
                 p = model._n_parameters()
                 bic, aic = -2 * mean * n + p * math.log(n), -2 * mean * n + 2 * p
                 for key, value in (("n_components", k), ("covariance_type", cov), ("bic", bic), ("aic", aic),
@@ -138,18 +140,18 @@ class MixtureSelector(MetaEstimatorMixin, DensityMixin, BaseEstimator):
         """log p(x) of every sample under the chosen model."""
         return self._chosen().score_samples(X)
 
-    def score(self, X: Any, y: Any = None) -> float:
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
         """The chosen model's mean log-likelihood per sample (what cross-validation should compare)."""
-        return self._chosen().score(X)
+        return self._chosen().score(X, sample_weight=sample_weight)
 
     def sample(self, n_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """Draw from the chosen model."""
         return self._chosen().sample(n_samples)
 
-    def bic(self, X: Any) -> float:
+    def bic(self, X: Any, sample_weight: Any = None) -> float:
         """The chosen model's BIC on X."""
-        return self._chosen().bic(X)
+        return self._chosen().bic(X, sample_weight)
 
-    def aic(self, X: Any) -> float:
+    def aic(self, X: Any, sample_weight: Any = None) -> float:
         """The chosen model's AIC on X."""
-        return self._chosen().aic(X)
+        return self._chosen().aic(X, sample_weight)

@@ -155,21 +155,47 @@ def log_normalize(logp: Float[Tensor, "k n"]) -> tuple[Float[Tensor, "k n"], Flo
 
 
 def summarize(
-    x: Float[Tensor, "n d"], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"]
+    x: Float[Tensor, "n d"],
+    a: Float[Tensor, "p k"],
+    shift: Float[Tensor, " d"],
+    weights: Float[Tensor, " n"] | None = None,
 ) -> tuple[Summary, Float[Tensor, " n"]]:
-    """E-step and statistics for a chunk: returns (Summary in float64, log p(x_i) per row (N,))."""
+    """E-step and statistics for a chunk: returns (Summary in float64, log p(x_i) per row (N,)).
+
+    ``weights`` (N,): each row's responsibilities and log-likelihood count that many times (n = Σ w)."""
     phi_t = quadratic_features_t(x.to(a.dtype) - shift.to(a.dtype))  # (P, N)
     resp, log_norm = log_normalize(a.T @ phi_t)  # (K, N), (N,)
-    nk, sx, sxx = _unpack((resp @ phi_t.T).double(), x.shape[1])
-    n = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
-    return Summary(n, nk, sx, sxx, log_norm.double().sum()), log_norm
+    if weights is None:
+        nk, sx, sxx = _unpack((resp @ phi_t.T).double(), x.shape[1])
+        n = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
+        return Summary(n, nk, sx, sxx, log_norm.double().sum()), log_norm
+    nk, sx, sxx = _unpack(((resp * weights.to(resp.dtype)) @ phi_t.T).double(), x.shape[1])
+    return Summary(weights.double().sum(), nk, sx, sxx, weighted_sum(log_norm, weights)), log_norm
 
 
-def summarize_resp(x: Float[Tensor, "n d"], resp: Float[Tensor, "n k"], shift: Float[Tensor, " d"]) -> Summary:
-    """Statistics for given responsibilities (N, K) (initialisation from labels), float64."""
+def weighted_sum(values: Float[Tensor, " n"], weights: Float[Tensor, " n"]) -> Float[Tensor, ""]:
+    """Σ w_i v_i in float64, a row of weight zero adding nothing even where v_i is ±inf (a removed row)."""
+    w = weights.double()
+    return torch.where(w > 0, w * values.double(), 0.0).sum()
+
+
+def summarize_resp(
+    x: Float[Tensor, "n d"],
+    resp: Float[Tensor, "n k"],
+    shift: Float[Tensor, " d"],
+    weights: Float[Tensor, " n"] | None = None,
+) -> Summary:
+    """Statistics for given responsibilities (N, K) (initialisation from labels), float64; ``weights`` as in
+    :func:`summarize`."""
     phi_t = quadratic_features_t(x.to(resp.dtype) - shift.to(resp.dtype))  # (P, N)
+    if weights is not None:
+        resp = resp * weights.to(resp.dtype)[:, None]
     nk, sx, sxx = _unpack((phi_t @ resp).T.double(), x.shape[1])
-    n = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
+    n = (
+        torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
+        if weights is None
+        else weights.double().sum()
+    )
     return Summary(n, nk, sx, sxx, torch.zeros((), dtype=torch.float64, device=x.device))
 
 

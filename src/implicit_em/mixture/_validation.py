@@ -111,6 +111,25 @@ def _as_float64(name: str, value: Any) -> np.ndarray:
     return out
 
 
+def check_sample_weight(sample_weight: Any, n_samples: int | None) -> np.ndarray:
+    """``sample_weight`` as float64 (N,): one finite, non-negative number per row of X, not all zero.
+
+    A weight multiplies its row's share of every statistic and of the log-likelihood: an integer weight equals
+    repeating the row, a zero weight equals removing it."""
+    if isinstance(sample_weight, Tensor):
+        sample_weight = sample_weight.detach().cpu().numpy()
+    w = _as_float64("sample_weight", sample_weight)
+    if w.ndim != 1:
+        raise ValueError(f"sample_weight must be 1-D (one weight per row of X), got shape {w.shape}")
+    if n_samples is not None and w.shape[0] != n_samples:
+        raise ValueError(f"sample_weight has {w.shape[0]} weights, but X has {n_samples} rows")
+    if (w < 0).any():
+        raise ValueError(f"sample_weight must be non-negative, got {float(w.min()):g} at row {int(w.argmin())}")
+    if not (w > 0).any():
+        raise ValueError("sample_weight is zero for every row; at least one row must have a positive weight")
+    return w
+
+
 def check_weights_init(weights: Any, n_components: int) -> np.ndarray:
     """``weights_init`` as float64 (K,): finite, in [0, 1], summing to 1 (within 1e-6)."""
     w = _as_float64("weights_init", weights)
