@@ -216,6 +216,39 @@ def test_an_inconsistent_model_is_refused(tmp_path: Path, change: Any, reason: s
         GaussianMixture.load(path)
 
 
+def _set_weights(members: dict[str, np.ndarray], weights: list[float]) -> None:
+    members["attr.weights_"] = np.asarray(weights)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda m, meta: _set_weights(m, [1.5, -0.5, 0.0]), "not ≥ 0 summing to 1"),
+        (lambda m, meta: _set_weights(m, [0.9, 0.9, 0.9]), "not ≥ 0 summing to 1"),
+        (lambda m, meta: m["attr.precisions_cholesky_"].__setitem__(0, 0.0), "diagonal entry ≤ 0"),
+        (lambda m, meta: m["attr.precisions_cholesky_"].__setitem__((0, 2, 0), 1.0), "not upper triangular"),
+        (lambda m, meta: m["attr.covariances_"].__setitem__((1, 1, 1), -1.0), "variance ≤ 0"),
+        (lambda m, meta: meta["params"].update(n_components=7), "n_components is 7 but its arrays hold 3"),
+    ],
+    ids=["negative-weight", "weights-sum", "zero-cholesky", "lower-triangle", "negative-variance", "k-mismatch"],
+)
+def test_an_impossible_mixture_is_refused_on_load_and_by_predict(
+    tmp_path: Path, change: Any, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each printed NaN (or garbage) from ``predict`` with exit 0 before load checked the values."""
+    from implicit_em.cli import main
+
+    path = _fit("full").save(tmp_path / "model.npz")
+    _rewrite_npz(path, change)
+    with pytest.raises(ValueError, match=reason):
+        GaussianMixture.load(path)
+    data = tmp_path / "x.csv"
+    np.savetxt(data, _data(20), delimiter=",")
+    assert main(["predict", str(path), str(data)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and reason.split(" ")[0] in err
+
+
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"no model file .*nothing\.npz"):
         GaussianMixture.load(tmp_path / "nothing.npz")

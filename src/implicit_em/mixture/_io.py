@@ -331,6 +331,30 @@ def _check_fitted_state(path: Path, model: Any, arrays: dict[str, np.ndarray]) -
         array = arrays.get(_SHIFT) if name == _SHIFT else getattr(model, name)
         if array is not None and (array.dtype.kind != "f" or not np.isfinite(array).all()):
             raise _bad(path, f"{name} is not an array of finite floats")
+    _check_parameter_values(path, model, k)
     kinds = [(model.converged_, bool), (model.n_iter_, int), (model.lower_bound_, int | float)]
     if not all(isinstance(value, kind) for value, kind in kinds) or isinstance(model.n_iter_, bool):
         raise _bad(path, "converged_, n_iter_ and lower_bound_ are not a bool, an int and a number")
+
+
+def _check_parameter_values(path: Path, model: Any, k: int) -> None:
+    """The values a mixture can hold: ``n_components`` = K, weights ≥ 0 summing to 1 (to the dtype's round-off),
+    positive variances and Cholesky factors of the precisions that are upper triangular with a positive
+    diagonal (a zero factor is an infinite variance: every score would be NaN)."""
+    if model.n_components != k:
+        raise _bad(path, f"n_components is {model.n_components!r} but its arrays hold {k} components")
+    weights = np.asarray(model.weights_, dtype=np.float64)
+    tol = 1e-4 if model.weights_.dtype == np.float32 else 1e-8
+    if (weights < 0).any() or abs(float(weights.sum()) - 1.0) > tol:
+        raise _bad(path, f"weights_ {np.array2string(weights, precision=4, threshold=8)} are not ≥ 0 summing to 1")
+    chol, cov = np.asarray(model.precisions_cholesky_), np.asarray(model.covariances_)
+    if model.covariance_type in ("full", "tied"):
+        diag_chol, diag_cov = np.diagonal(chol, axis1=-2, axis2=-1), np.diagonal(cov, axis1=-2, axis2=-1)
+        if not np.allclose(chol, np.triu(chol), rtol=0, atol=0):
+            raise _bad(path, "precisions_cholesky_ is not upper triangular (scikit-learn's Cholesky factor)")
+    else:
+        diag_chol, diag_cov = chol, cov
+    if not (diag_chol > 0).all():
+        raise _bad(path, "precisions_cholesky_ has a diagonal entry ≤ 0: not the Cholesky factor of a precision")
+    if not (diag_cov > 0).all():
+        raise _bad(path, "covariances_ has a variance ≤ 0")
