@@ -178,9 +178,9 @@ def test_a_stream_that_reuses_its_buffer_is_not_read_ahead(monkeypatch: pytest.M
     a = _stats.score_matrix(p, "full", shift).float()
     done, slow_add = [0], _fused._Sums.add
 
-    def add(self: _fused._Sums, xb: torch.Tensor, s: torch.Tensor) -> None:
+    def add(self: _fused._Sums, xb: torch.Tensor, s: torch.Tensor, w: torch.Tensor | None = None) -> None:
         time.sleep(0.02)  # a slow worker: a producer that ran ahead would overwrite its rows meanwhile
-        slow_add(self, xb, s)
+        slow_add(self, xb, s, w)
         done[0] += 1
 
     monkeypatch.setattr(_fused._Sums, "add", add)

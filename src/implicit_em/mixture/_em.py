@@ -47,6 +47,8 @@ class FitResult(NamedTuple):
     (EM never decreases the likelihood, so they are the best so far). ``lower_bounds``: the lower bound after
     each of those ``n_iter`` units (the estimator's ``lower_bounds_``); the fitters leave it empty and the
     estimator fills it from the run's history records (``_starts.py``), so a resumed run has it whole.
+    ``certificates``: gd's (epoch, gain of one exact EM step from its end) at each plateau it tested
+    (``_gd.fit_gd``'s ``certify``); empty for the EM fitters.
     """
 
     params: MixtureParams
@@ -55,6 +57,7 @@ class FitResult(NamedTuple):
     converged: bool
     interrupted: bool
     lower_bounds: tuple[float, ...] = ()
+    certificates: tuple[tuple[int, float], ...] = ()
 
 
 def full_pass(
@@ -145,6 +148,24 @@ def fit_em(
             result = FitResult(params, n_done, lower_bound, False, True)
             raise FitInterrupted(result, None, em_snapshot(params, n_done, lower_bound)) from None
     return FitResult(params, n_done, lower_bound, converged, False)
+
+
+def em_step_gain(
+    data: DataSource, params: MixtureParams, settings: FitSettings, shift: Float[Tensor, " d"]
+) -> tuple[float, float]:
+    """The certificate a stochastic fit stops on: (L(θ), L(θ') − L(θ)), the mean log-likelihood at ``params`` and
+    what one exact EM step θ → θ' (``settings``' covariance type and reg_covar) gains on it, from two passes
+    over the data (summed over every process in a process group: collective).
+
+    EM's own stopping rule reads one iteration's gain (|ΔL| < tol); a stochastic fit whose end passes the same
+    test has reached what EM at that ``tol`` would accept as converged. A gain far above ``tol`` says the end is
+    not a stationary point of the likelihood, however flat the fit's running objective looked."""
+    covariance_type, chunk = settings.covariance_type, settings.batch_size
+    summary = full_pass(data, params, covariance_type, shift, chunk, interruptible=True)
+    stepped = from_summaries(summary, shift, settings.reg_covar, covariance_type, params.means.dtype)
+    after = full_pass(data, stepped, covariance_type, shift, chunk, interruptible=True)
+    before_mean, after_mean = float(summary.loglik / summary.n), float(after.loglik / after.n)
+    return before_mean, after_mean - before_mean
 
 
 def em_snapshot(params: MixtureParams, n_iter: int, lower_bound: float) -> dict[str, Any]:

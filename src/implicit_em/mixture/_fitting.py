@@ -20,7 +20,7 @@ from torch import Tensor
 
 from implicit_em.mixture import _distributed, _stats
 from implicit_em.mixture._data import DataSource
-from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
+from implicit_em.mixture._em import Callback, FitResult, SafePoint, em_step_gain, fit_em
 from implicit_em.mixture._estep import pass_loglik
 from implicit_em.mixture._gd import MIN_STEPS, fit_gd, gd_step, make_state, state_params
 from implicit_em.mixture._online_em import fit_online_em, init_state, online_step
@@ -255,7 +255,9 @@ class GradientDescent:
     #: the last epoch's mean iterate (and reg_covar's penalty, EM's fixed points), one learning-rate halving
     #: before the plateau that stops the fit (the epoch's mean iterate already sits at the centre of the noise
     #: ball the further halvings shrank: at N = 1e6 three halvings took 11 epochs and one takes 7, for 5e-5
-    #: nats of held-out log-likelihood; docs/mixture.md); ``{}`` gives ``fit_gd``'s own defaults, the schedule
+    #: nats of held-out log-likelihood; docs/mixture.md), and a certified stop: that plateau ends the fit only when
+    #: one exact EM step from its end gains less than ``tol`` (else the learning rate is restored and it goes
+    #: on; ``certificates_``); ``{}`` gives ``fit_gd``'s own defaults, the schedule
     #: before it (one pass per epoch, one scalar scale, the last iterate, no reg_covar, three halvings), which
     #: the golden fitter tests and ``benchmarks/gd_convergence.py --old`` run
     schedule: dict[str, Any] = {  # noqa: RUF012
@@ -263,6 +265,7 @@ class GradientDescent:
         "per_feature_scale": True,
         "average": True,
         "lr_halvings": 1,
+        "certify": True,
     }
 
     def _settings(self, settings: FitSettings) -> FitSettings:
@@ -270,6 +273,14 @@ class GradientDescent:
         return settings if self.schedule else replace(settings, reg_covar=0.0)
 
     def fit(self, data: DataSource, params: MixtureParams, settings: FitSettings, run: Run) -> tuple[FitResult, Any]:
+        schedule = dict(self.schedule)
+        certify = None
+        if schedule.pop("certify", False) and settings.volume:  # the distance-only objective has no EM to certify
+
+            def certify(params: MixtureParams) -> tuple[float, float]:
+                em_settings = replace(settings, batch_size=CHUNK)
+                return em_step_gain(data, params, em_settings, run.shift)
+
         result, state = fit_gd(
             data,
             params,
@@ -278,7 +289,8 @@ class GradientDescent:
             scale=run.scale,
             generator=run.generator,
             **run.hooks(),
-            **self.schedule,
+            **schedule,
+            certify=certify,
         )
         if not settings.volume:
             return result, state

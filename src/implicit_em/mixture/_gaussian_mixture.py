@@ -110,7 +110,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     first iteration with ``lower_bound_``, as sklearn does. Ours: n_split_merge_iter_ (EM iterations of all
     split-and-merge trials of the kept start), n_split_merge_accepted_, and history_: a list of dicts (per EM
     iteration or epoch, trials included and marked ``"split_merge": True``) with the mean train
-    log-likelihood, seconds and component usage. ``predict_proba`` and ``score_samples`` return float32 when X
+    log-likelihood, seconds and component usage. ``certificates_`` ("gd"; empty for the EM fitters): (epoch,
+    gain) for each plateau where the fit tested whether one exact EM step from its end gains less than ``tol``
+    (the stop it certifies; the epochs of a resumed fit's earlier run are not listed). ``predict_proba`` and ``score_samples`` return float32 when X
     and the parameters are float32, else float64 (computed in float64 either way). Every difference from
     sklearn that remains is listed in docs/mixture.md, "Differences from scikit-learn".
     """
@@ -338,6 +340,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.n_iter_ = int(result.n_iter)
         self.lower_bound_ = float(result.lower_bound)
         self.lower_bounds_ = [float(b) for b in result.lower_bounds]
+        self.certificates_ = [(int(e), float(g)) for e, g in result.certificates]
         self.n_split_merge_iter_ = sum(1 for h in history if h.get("split_merge", False))
         self.history_ = history
 
