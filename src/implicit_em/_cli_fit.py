@@ -373,12 +373,12 @@ def _try_create(path: Path) -> None:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from implicit_em.mixture import GaussianMixture
+    from implicit_em._model_file import read_mixture  # numpy only: predict never imports torch
 
     out = Path(args.out) if args.out is not None else None
     if out is not None and (out.suffix.lower() not in (".npy", ".csv") or not out.parent.is_dir()):
         raise ValueError(f"--out {out}: expected a .npy or .csv file in an existing directory")
-    model = GaussianMixture.load(args.model)
+    model = read_mixture(args.model)
     data = read_data(args.data, _ROWS)
     if data.n_features != model.n_features_in_:
         raise DataError(

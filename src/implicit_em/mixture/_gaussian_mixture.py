@@ -112,9 +112,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     iteration or epoch, trials included and marked ``"split_merge": True``) with the mean train
     log-likelihood, seconds and component usage. ``certificates_`` ("gd"; empty for the EM fitters): (epoch,
     gain) for each plateau where the fit tested whether one exact EM step from its end gains less than ``tol``
-    (the stop it certifies; the epochs of a resumed fit's earlier run are not listed). ``predict_proba`` and ``score_samples`` return float32 when X
-    and the parameters are float32, else float64 (computed in float64 either way). Every difference from
-    sklearn that remains is listed in docs/mixture.md, "Differences from scikit-learn".
+    (the stop it certifies; the epochs of a resumed fit's earlier run are not listed). ``predict_proba`` and
+    ``score_samples`` return float32 when X and the parameters are float32, else float64 (computed in float64
+    either way). Every difference from sklearn that remains is listed in docs/mixture.md, "Differences from
+    scikit-learn".
     """
 
     n_features_in_: int

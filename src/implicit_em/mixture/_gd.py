@@ -389,7 +389,6 @@ def fit_gd(
     return result._replace(certificates=tuple(certificates)), state
 
 
-
 def _certified(
     state: GDState,
     tail: "_EpochAverage | None",

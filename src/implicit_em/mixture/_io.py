@@ -27,8 +27,6 @@ inconsistent shapes raises ``ValueError`` naming the file.
 import io
 import json
 import os
-import re
-import zipfile
 from inspect import signature
 from pathlib import Path
 from typing import Any
@@ -38,20 +36,25 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 
 from implicit_em._runio import write_bytes_atomic
-from implicit_em.gaussian import COVARIANCE_TYPES, parameter_shape
 
 __all__ = ["FORMAT", "SUFFIXES", "VERSION", "load", "save"]
 
-FORMAT = "implicit_em.mixture.GaussianMixture"
-VERSION = 1
-SUFFIXES = (".npz", ".safetensors")
-_META = "__implicit_em__"
-_ATTR = "attr."  # array key prefix of a fitted attribute
-_PARAM = "param."  # array key prefix of an array constructor parameter
-_SHIFT = "shift"
-_REQUIRED_ARRAYS = ("weights_", "means_", "covariances_", "precisions_cholesky_", "precisions_")
-_REQUIRED_VALUES = ("n_features_in_", "converged_", "n_iter_", "lower_bound_")
-_LEARNED = re.compile(r"[a-z][a-z0-9_]*_")  # sklearn's fitted-attribute names: public, ending in "_"
+from implicit_em._model_file import (
+    _ATTR,
+    _LEARNED,
+    _META,
+    _PARAM,
+    _SHIFT,
+    FORMAT,
+    SUFFIXES,
+    VERSION,
+    _bad,
+    _check_fitted_state,
+    _parse_meta,
+    _read,
+    _safetensors,
+    fitted_attributes,
+)
 
 
 def save(model: Any, path: str | os.PathLike[str]) -> Path:
@@ -96,17 +99,8 @@ def load(cls: type, path: str | os.PathLike[str]) -> Any:
     arrays, text = _read(source)
     meta = _parse_meta(source, text)
     model = cls(**_decode_params(source, meta, arrays, cls))
-    attributes = meta.get("attributes")
-    if not isinstance(attributes, dict) or not all(_LEARNED.fullmatch(str(k)) for k in attributes):
-        raise _bad(source, "its fitted attributes are not a mapping of attribute names")
-    for name, value in attributes.items():
+    for name, value in fitted_attributes(source, meta, arrays).items():
         setattr(model, name, value)
-    for key, value in arrays.items():
-        if key.startswith(_ATTR):
-            name = key[len(_ATTR) :]
-            if not _LEARNED.fullmatch(name):
-                raise _bad(source, f"it holds an array named {key!r}, not a fitted attribute")
-            setattr(model, name, value)
     _check_fitted_state(source, model, arrays)
     if _SHIFT in arrays:  # without it, scoring expands around the mean of the means (a model fitted elsewhere)
         model._shift = torch.from_numpy(arrays[_SHIFT])
@@ -191,87 +185,7 @@ def _safetensors_bytes(arrays: dict[str, np.ndarray], text: str) -> bytes:
     return bytes(numpy_io.save(arrays, metadata={_META: text}))
 
 
-def _safetensors() -> Any:
-    try:
-        import safetensors.numpy
-    except ImportError:
-        raise ValueError(
-            "a .safetensors model needs the safetensors package: pip install 'implicit-em[safetensors]' (or save "
-            "as .npz)"
-        ) from None
-    return safetensors.numpy
-
-
 # -- reading -------------------------------------------------------------------------------------------------
-
-
-def _bad(path: Path, why: str) -> ValueError:
-    return ValueError(f"{path} is not a readable implicit-em GaussianMixture model: {why}")
-
-
-def _read(path: Path) -> tuple[dict[str, np.ndarray], str]:
-    """The arrays and the JSON text of a model file, by its content (a zip archive is ``.npz``)."""
-    with path.open("rb") as f:
-        head = f.read(8)
-    if head[:4] == b"PK\x03\x04":
-        return _read_npz(path)
-    if len(head) == 8:
-        return _read_safetensors(path)
-    raise _bad(path, f"it holds {path.stat().st_size} bytes, too few for a model")
-
-
-def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], str]:
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-    except ValueError as err:
-        if "allow_pickle" in str(err):
-            raise _bad(
-                path, "it holds an object array, which only pickle can read (refused; nothing was run)"
-            ) from None
-        raise _bad(path, f"the archive cannot be read ({err})") from None
-    except (zipfile.BadZipFile, EOFError, OSError, KeyError, RuntimeError) as err:
-        raise _bad(path, f"it is truncated or not a numpy archive ({type(err).__name__}: {err})") from None
-    raw = arrays.pop(_META, None)
-    if raw is None or raw.dtype != np.uint8 or raw.ndim != 1:
-        raise _bad(path, f"it is a numpy archive without the {_META} record a saved model has")
-    try:
-        return arrays, raw.tobytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise _bad(path, f"its {_META} record is not UTF-8 text") from None
-
-
-def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], str]:
-    _safetensors()
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(os.fspath(path), framework="np") as f:
-            metadata = f.metadata() or {}
-            arrays = {name: f.get_tensor(name) for name in f.keys()}
-    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        raise _bad(path, f"it is truncated or neither a numpy archive nor a safetensors file ({err})") from None
-    if _META not in metadata:
-        raise _bad(path, f"it is a safetensors file without the {_META} record a saved model has")
-    return arrays, metadata[_META]
-
-
-def _parse_meta(path: Path, text: str) -> dict[str, Any]:
-    try:
-        meta = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise _bad(path, f"its {_META} record is not JSON ({err})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise _bad(path, f"its {_META} record does not name the format {FORMAT!r}")
-    version = meta.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise _bad(path, f"its format version {version!r} is not a positive integer")
-    if version > VERSION:
-        raise ValueError(
-            f"{path} was written by implicit-em {meta.get('implicit_em_version', '?')} in model format version "
-            f"{version}; this implicit-em reads versions up to {VERSION}: upgrade implicit-em to load it"
-        )
-    return meta
 
 
 def _decode_params(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], cls: type) -> dict[str, Any]:
@@ -296,65 +210,3 @@ def _decode_params(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
             value = torch.device(str(value["torch.device"]))
         out[name] = value
     return out
-
-
-def _check_fitted_state(path: Path, model: Any, arrays: dict[str, np.ndarray]) -> None:
-    """Every attribute the scoring methods read is there, finite and of the shape its covariance type implies."""
-    for name in _REQUIRED_ARRAYS:
-        if _ATTR + name not in arrays:
-            raise _bad(path, f"the fitted array {name} is missing")
-    for name in _REQUIRED_VALUES:
-        if not hasattr(model, name):
-            raise _bad(path, f"the fitted attribute {name} is missing")
-    if model.covariance_type not in COVARIANCE_TYPES:
-        raise _bad(path, f"covariance_type {model.covariance_type!r} is not one of {COVARIANCE_TYPES}")
-    means = model.means_
-    if means.ndim != 2:
-        raise _bad(path, f"means_ has shape {means.shape}, expected (K, D)")
-    k, d = means.shape
-    n_features = model.n_features_in_
-    if not isinstance(n_features, int) or isinstance(n_features, bool) or n_features != d:
-        raise _bad(path, f"n_features_in_ is {n_features!r} but means_ has {d} features")
-    cov_shape = parameter_shape(model.covariance_type, k, d)
-    shapes = {"weights_": (k,), "covariances_": cov_shape, "precisions_cholesky_": cov_shape, "precisions_": cov_shape}
-    if _SHIFT in arrays:
-        shapes[_SHIFT] = (d,)
-    for name, shape in shapes.items():
-        array = arrays[name] if name == _SHIFT else getattr(model, name)
-        if array.shape != shape:
-            raise _bad(
-                path,
-                f"{name} has shape {array.shape}, expected {shape} for {k} {model.covariance_type} "
-                f"components in {d} features",
-            )
-    for name in (*_REQUIRED_ARRAYS, _SHIFT):
-        array = arrays.get(_SHIFT) if name == _SHIFT else getattr(model, name)
-        if array is not None and (array.dtype.kind != "f" or not np.isfinite(array).all()):
-            raise _bad(path, f"{name} is not an array of finite floats")
-    _check_parameter_values(path, model, k)
-    kinds = [(model.converged_, bool), (model.n_iter_, int), (model.lower_bound_, int | float)]
-    if not all(isinstance(value, kind) for value, kind in kinds) or isinstance(model.n_iter_, bool):
-        raise _bad(path, "converged_, n_iter_ and lower_bound_ are not a bool, an int and a number")
-
-
-def _check_parameter_values(path: Path, model: Any, k: int) -> None:
-    """The values a mixture can hold: ``n_components`` = K, weights ≥ 0 summing to 1 (to the dtype's round-off),
-    positive variances and Cholesky factors of the precisions that are upper triangular with a positive
-    diagonal (a zero factor is an infinite variance: every score would be NaN)."""
-    if model.n_components != k:
-        raise _bad(path, f"n_components is {model.n_components!r} but its arrays hold {k} components")
-    weights = np.asarray(model.weights_, dtype=np.float64)
-    tol = 1e-4 if model.weights_.dtype == np.float32 else 1e-8
-    if (weights < 0).any() or abs(float(weights.sum()) - 1.0) > tol:
-        raise _bad(path, f"weights_ {np.array2string(weights, precision=4, threshold=8)} are not ≥ 0 summing to 1")
-    chol, cov = np.asarray(model.precisions_cholesky_), np.asarray(model.covariances_)
-    if model.covariance_type in ("full", "tied"):
-        diag_chol, diag_cov = np.diagonal(chol, axis1=-2, axis2=-1), np.diagonal(cov, axis1=-2, axis2=-1)
-        if not np.allclose(chol, np.triu(chol), rtol=0, atol=0):
-            raise _bad(path, "precisions_cholesky_ is not upper triangular (scikit-learn's Cholesky factor)")
-    else:
-        diag_chol, diag_cov = chol, cov
-    if not (diag_chol > 0).all():
-        raise _bad(path, "precisions_cholesky_ has a diagonal entry ≤ 0: not the Cholesky factor of a precision")
-    if not (diag_cov > 0).all():
-        raise _bad(path, "covariances_ has a variance ≤ 0")
