@@ -8,6 +8,10 @@ imported torch before parsing its arguments could not start faster than it.
     .venv/bin/python benchmarks/cli_startup.py --repeats 15
     git worktree add /tmp/old 9216389 && .venv/bin/python benchmarks/cli_startup.py --baseline-src /tmp/old/src
 
+``predict 150 rows``: a saved 3-component model scoring 150 rows of 4 features, the command's whole run (it
+reads the model with numpy alone, ``implicit_em._model_file``; with ``--baseline-src`` of a checkout before that,
+the same command through ``GaussianMixture.load``, which imports torch).
+
 ``--baseline-src`` adds every command run on another checkout's sources (``PYTHONPATH``), interleaved with the
 current ones: the before/after ratio of one change, measured in one run.
 """
@@ -32,6 +36,7 @@ COMMANDS: dict[str, list[str]] = {
     "fit on a missing file (error)": ["-m", "implicit_em.cli", "fit", "missing.npy", "--n-components", "2"],
     "fit --out a directory (error)": ["-m", "implicit_em.cli", "fit", "x.csv", "--n-components", "2", "--out", "d.npz"],
     "audit --only '' (error)": ["-m", "implicit_em.cli", "audit", "--only", ""],
+    "predict 150 rows (iris-sized, K = 3)": ["-m", "implicit_em.cli", "predict", "model.npz", "rows.csv"],
     "python -c 'import torch' (yardstick)": ["-c", "import torch"],
 }
 
@@ -51,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "x.csv").write_text("1,2\n3,4\n5,6\n")
         Path(tmp, "d.npz").mkdir()
+        _predict_inputs(Path(tmp))
         for _ in range(args.repeats):
             for name, (cmd, src) in runs.items():  # interleaved: a load spike hits every contender alike
                 env = {**os.environ, "PYTHONPATH": src}
@@ -76,6 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     for name, m in medians.items():
         print(f"  {name:<50} {m * 1000:8.0f} ms  ({m / torch_s:.2f}x import torch)")
     return 0
+
+
+def _predict_inputs(folder: Path) -> None:
+    """A fitted 3-component model of 150 rows in 4 features (iris' size) and those rows, for ``predict``."""
+    import numpy as np
+
+    from implicit_em import GaussianMixture
+
+    rows = np.random.default_rng(0).normal(size=(150, 4)) + np.repeat(np.eye(4)[:3] * 4, 50, axis=0)
+    np.savetxt(folder / "rows.csv", rows, delimiter=",")
+    GaussianMixture(3, random_state=0).fit(rows).save(folder / "model.npz")
 
 
 if __name__ == "__main__":
