@@ -233,7 +233,7 @@ PARAMETERS = frozenset(
         "n_components", "covariance_type", "tol", "reg_covar", "max_iter", "n_init", "init_params",
         "weights_init", "means_init", "precisions_init", "random_state", "warm_start", "verbose",
         "verbose_interval", "fitter", "volume", "batch_size", "learning_rate", "optimizer", "split_merge",
-        "device", "dtype", "checkpoint", "checkpoint_every",
+        "device", "dtype", "checkpoint", "checkpoint_every", "missing",
     }
 )  # fmt: skip
 

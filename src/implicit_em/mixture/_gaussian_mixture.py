@@ -29,11 +29,13 @@ from implicit_em.mixture._data import DataSource, is_batch_list, tensor_output
 from implicit_em.mixture._em import FitResult
 from implicit_em.mixture._fitting import FITTERS, REGISTRY, History
 from implicit_em.mixture._init import INIT_PARAMS, initial_assignment
+from implicit_em.mixture._missing import fit_em_missing, weighted_log_prob_missing
 from implicit_em.mixture._settings import CHUNK as _CHUNK
 from implicit_em.mixture._settings import FitSettings
 from implicit_em.mixture._split_merge import fit_split_merge
 from implicit_em.mixture._stats import MixtureParams
 
+_MISSING = ("raise", "marginalize")
 _INIT_SAMPLE = 200_000  # rows k-means sees when N is larger (or X is an iterable: one pass draws them)
 _SPLIT_MERGE_SAMPLE = 50_000  # rows split-and-merge proposals are scored on when N is larger
 
@@ -149,6 +151,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         dtype: Any = None,
         checkpoint: Any = None,
         checkpoint_every: int = 1,
+        missing: str = "raise",
     ) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -174,6 +177,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.dtype = dtype
         self.checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
+        self.missing = missing
 
     # -- checks --------------------------------------------------------------------------------------------------
 
@@ -190,6 +194,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             (isinstance(self.max_iter, int | np.integer) and self.max_iter >= 0, "max_iter", ">= 0"),
             (isinstance(self.n_init, int | np.integer) and self.n_init >= 1, "n_init", ">= 1"),
             (self.init_params in INIT_PARAMS, "init_params", f"one of {INIT_PARAMS}"),
+            (self.missing in _MISSING, "missing", f"one of {_MISSING}"),
             (self.fitter in FITTERS, "fitter", f"one of {FITTERS}"),
             (self.optimizer in ("adam", "sgd"), "optimizer", "'adam' or 'sgd'"),
             (
@@ -266,6 +271,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return self._fit(X, sample_weight).predict(X)
 
     def _fit(self, X: Any, sample_weight: Any = None) -> "GaussianMixture":
+        if self.missing == "marginalize" and _has_nan(X):
+            return self._fit_missing(X, sample_weight)
         group = _distributed.active()
         rejected: Exception | None = None
         try:  # in a process group every process learns whether any rejected its arguments or its shard
@@ -322,6 +329,53 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 raise KeyboardInterrupt
             if ckpt is not None and not _interrupt.requested():  # an interrupt now keeps it for the rerun
                 ckpt.remove()
+        return self
+
+    def _fit_missing(self, X: Any, sample_weight: Any) -> "GaussianMixture":
+        """``fit`` on rows with NaN features, integrated out (``_missing.py``): batch EM in float64, in one process;
+        the start (k-means or the user's) is drawn on X with each NaN replaced by its column's mean."""
+        self._check_parameters()
+        if self.fitter != "em":
+            raise ValueError(f'missing="marginalize" is fitted by fitter="em", not "{self.fitter}"')
+        if _distributed.active():
+            raise ValueError('missing="marginalize" does not run in a torch.distributed process group yet')
+        x = _with_nan(self, X, reset=not (self.warm_start and hasattr(self, "converged_")))
+        settings = FitSettings.from_params(self.get_params(deep=False))
+        imputed = np.where(np.isnan(x), np.nanmean(x, axis=0), x)
+        data = DataSource(imputed, torch.device("cpu"), torch.float64, None, sample_weight=sample_weight)
+        self.n_features_in_ = x.shape[1]
+        rng = check_random_state(self.random_state)
+        do_init = not (self.warm_start and hasattr(self, "converged_"))
+        if do_init:
+            self._shift, self._scale = self._shift_scale(data, rng)
+        best: tuple[FitResult, History] | None = None
+        for _ in range(self.n_init if do_init else 1):
+            params = (
+                self._initial_params(data, rng, self._shift) if do_init else self._params(torch.float64, data.device)
+            )
+            history = History()
+            result = fit_em_missing(
+                torch.from_numpy(x),
+                params,
+                settings,
+                shift=self._shift,
+                weights=data.weights,
+                lower_bound=-math.inf if do_init else float(self.lower_bound_),
+                callback=history.epoch,
+            )
+            if best is None or result.lower_bound > best[0].lower_bound:
+                best = (result, history)
+        assert best is not None
+        result, history = best
+        if not result.converged and self.max_iter > 0:
+            warnings.warn(
+                "Best performing initialization did not converge. Try different init parameters, or increase "
+                "max_iter, tol, or check for degenerate data.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        kept = result._replace(lower_bounds=tuple(float(h["loglik"]) for h in history.records[: result.n_iter]))
+        self._keep(kept, history.records, torch.float64)
         return self
 
     def _start_shift_scale(
@@ -530,6 +584,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         dtype of the returned arrays: float32 when X's compute dtype and the parameters are both float32, else
         float64 (sklearn's type promotion of X and the parameters)."""
         check_is_fitted(self)
+        if getattr(self, "missing", "raise") == "marginalize" and _has_nan(X):
+            x = torch.from_numpy(_with_nan(self, X, reset=False))
+            logp = weighted_log_prob_missing(x, self._params(torch.float64, x.device), self.covariance_type)
+            return logp, tensor_output(X), torch.float64
         data = self._source(X, reset=False)
         params = self._params(torch.float64 if data.dtype == torch.float64 else data.dtype, data.device)
         shift = getattr(self, "_shift", torch.from_numpy(np.asarray(self.means_, dtype=np.float64).mean(0)))
@@ -647,6 +705,37 @@ def _zero_params(k: int, d: int, covariance_type: str, like: Tensor) -> MixtureP
     shape = gaussian.parameter_shape(covariance_type, k, d)
     w, mu, cov = (torch.zeros(s, dtype=like.dtype, device=like.device) for s in ((k,), (k, d), shape))
     return MixtureParams(w, mu, cov, cov.clone())
+
+
+def _has_nan(x: Any) -> bool:
+    """Whether X (an array or tensor held in memory; never a stream or a memmap) holds a NaN."""
+    if isinstance(x, Tensor):
+        return bool(torch.isnan(x.detach()).any()) if x.is_floating_point() else False
+    if isinstance(x, np.memmap) or _is_batches(x) or issparse(x):
+        return False
+    try:
+        array = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False  # not numbers: the usual validation names the problem
+    return bool(np.isnan(array).any())
+
+
+def _with_nan(estimator: Any, x: Any, reset: bool) -> np.ndarray:
+    """X as float64 with its NaN kept (``missing="marginalize"``), checked: no inf, no row without an observed
+    feature, the fitted width when scoring."""
+    if isinstance(x, Tensor):
+        x = x.detach().cpu().numpy()
+    x = validate_data(
+        estimator, x, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite="allow-nan", ensure_min_samples=1
+    )
+    x = np.asarray(x, dtype=np.float64)
+    empty = np.nonzero(np.isnan(x).all(axis=1))[0]
+    if len(empty):
+        raise ValueError(
+            f"{len(empty)} row(s) of X have every feature missing (first: row {int(empty[0])}); a row with nothing "
+            "observed says nothing about the mixture: remove it"
+        )
+    return x
 
 
 def _check_weighted_fit(fitter: str, group: bool) -> None:
