@@ -514,3 +514,29 @@ def test_ctrl_c_during_a_fit_keeps_the_model_with_out(
     assert main(args) == 130
     assert "saved K = 1, the best K finished before the interrupt" in capsys.readouterr().err
     assert GaussianMixture.load(out).n_components == 1
+
+
+def test_missing_values_in_a_csv_are_integrated_out_on_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    x = _blobs()
+    text = ["a,b,c"] + [",".join("" if (i + j) % 7 == 0 else repr(float(v)) for j, v in enumerate(row))
+                        for i, row in enumerate(x)]  # fmt: skip
+    data = tmp_path / "holes.csv"
+    data.write_text("\n".join(text) + "\n")
+    assert main(["fit", str(data), "--n-components", "3", "--quiet"]) == 2
+    assert "is not a number" in capsys.readouterr().err
+    out = tmp_path / "m.npz"
+    assert main(["fit", str(data), "--n-components", "3", "--missing", "marginalize", "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    x_nan = x.copy()
+    for i in range(len(x)):
+        for j in range(x.shape[1]):
+            if (i + j) % 7 == 0:
+                x_nan[i, j] = np.nan
+    direct = GaussianMixture(3, random_state=0, missing="marginalize").fit(x_nan)
+    np.testing.assert_allclose(GaussianMixture.load(out).means_, direct.means_, rtol=1e-12)
+    assert report["log_likelihood"] == pytest.approx(direct.score(x_nan), rel=1e-12)
+    np.save(tmp_path / "holes.npy", x_nan)
+    assert main(["fit", str(tmp_path / "holes.npy"), "--n-components", "3", "--missing", "marginalize", "--quiet"]) == 0
+    assert main(["fit", str(data), "--n-components", "3", "--missing", "marginalize", "--fitter", "gd"]) == 2

@@ -112,8 +112,13 @@ def _native(a: np.ndarray) -> np.ndarray:
     return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
-def read_data(path: str | os.PathLike[str], batch_rows: int = 16_384, seed: int | None = None) -> Data:
-    """The data file at ``path``, checked: 2-D, numeric, finite (streams: finite is checked as they are read)."""
+def read_data(
+    path: str | os.PathLike[str], batch_rows: int = 16_384, seed: int | None = None, missing: bool = False
+) -> Data:
+    """The data file at ``path``, checked: 2-D, numeric, finite (streams: finite is checked as they are read).
+
+    ``missing``: an empty cell, a null or NaN is a missing value, kept as NaN (``fit --missing marginalize``); the
+    file is then read into memory (a ``.npy`` too), and an infinite value is still refused."""
     source = Path(path)
     suffix = source.suffix.lower()
     if suffix not in SUFFIXES:
@@ -124,11 +129,14 @@ def read_data(path: str | os.PathLike[str], batch_rows: int = 16_384, seed: int 
         raise DataError(f"{source}: no such file" + (" (it is a directory)" if source.is_dir() else ""))
     if suffix == ".npy":
         data = Data(source, _open_npy(source, batch_rows, seed))
+        if missing:
+            data = Data(source, np.concatenate(list(data.batches(batch_rows))) if data.n_samples else data.rows)
+            _no_inf(data)
     elif suffix == ".parquet":
-        data = _read_parquet(source)
+        data = _read_parquet(source, missing)
     else:
         delimiter = "\t" if suffix == ".tsv" else ","
-        data = _read_text_arrow(source, delimiter) or _read_text(source, delimiter)
+        data = _read_text_arrow(source, delimiter, missing) or _read_text(source, delimiter, missing)
     if data.n_samples == 0:
         raise DataError(f"{source}: no rows of data")
     if data.n_features == 0:
@@ -151,8 +159,17 @@ def _open_npy(path: Path, batch_rows: int, seed: int | None) -> NpyRows:
     return rows
 
 
-def _read_text(path: Path, delimiter: str) -> Data:
-    """A delimited text file as float64 (N, D), with its header if the first row is not all numbers."""
+def _no_inf(data: Data) -> None:
+    """Refuse an infinite value (a missing one is NaN), naming its row and column."""
+    rows = np.asarray(data.rows)
+    if np.isinf(rows).any():
+        row, column = (int(i[0]) for i in np.nonzero(np.isinf(rows)))
+        raise DataError(f"{data.path}: row {row + 1}, column {column + 1} is infinite")
+
+
+def _read_text(path: Path, delimiter: str, missing: bool = False) -> Data:
+    """A delimited text file as float64 (N, D), with its header if the first row is not all numbers (``missing``:
+    an empty cell or NaN is kept as NaN)."""
     header: list[str] | None = None
     values: list[list[float]] = []
     width: int | None = None
@@ -165,13 +182,13 @@ def _read_text(path: Path, delimiter: str) -> Data:
                 line = reader.line_num
                 if width is not None and len(cells) != width:
                     raise DataError(f"{path}: line {line} has {len(cells)} fields, expected {width} (ragged rows)")
-                numbers = [_number(c) for c in cells]
+                numbers = [math.nan if missing and not c.strip() else _number(c) for c in cells]
                 if width is None and header is None and not values and any(v is None for v in numbers):
                     header, width = [c.strip() for c in cells], len(cells)
                     continue
                 width = len(cells)
                 for column, (cell, value) in enumerate(zip(cells, numbers, strict=True), start=1):
-                    if value is None or not math.isfinite(value):
+                    if value is None or (not math.isfinite(value) and not (missing and math.isnan(value))):
                         what = "not a finite number" if value is not None else "not a number"
                         raise DataError(f"{path}: line {line}, column {column}: {cell.strip()[:40]!r} is {what}")
                 values.append(numbers)  # type: ignore[arg-type]  # every cell was checked above
@@ -182,7 +199,7 @@ def _read_text(path: Path, delimiter: str) -> Data:
     return Data(path, np.array(values, dtype=np.float64).reshape(len(values), width or 0), header)
 
 
-def _read_text_arrow(path: Path, delimiter: str) -> Data | None:
+def _read_text_arrow(path: Path, delimiter: str, missing: bool = False) -> Data | None:
     """The text file read by pyarrow's CSV reader, or None where it is not installed or the file needs the careful
     reader: a first row that cannot be told apart cheaply, a refused cell (ragged rows, a cell pyarrow does not
     parse as a double), a missing or non-finite value. The header rule is :func:`_read_text`'s, on the first
@@ -212,10 +229,12 @@ def _read_text_arrow(path: Path, delimiter: str) -> Data | None:
         )
     except (ArrowException, OSError):
         return None
-    if any(column.null_count for column in table.columns):
+    if any(column.null_count for column in table.columns) and not missing:
         return None
-    rows = np.column_stack([column.to_numpy() for column in table.columns]) if table.num_columns else None
-    if rows is None or not np.isfinite(rows).all():
+    if not table.num_columns:
+        return None
+    rows = np.column_stack([column.to_numpy() for column in table.columns])  # a null is NaN in a float64 column
+    if not np.isfinite(rows).all() and not (missing and not np.isinf(rows).any()):
         return None
     return Data(path, np.ascontiguousarray(rows, dtype=np.float64), header)
 
@@ -227,7 +246,7 @@ def _number(cell: str) -> float | None:
         return None
 
 
-def _read_parquet(path: Path) -> Data:
+def _read_parquet(path: Path, missing: bool = False) -> Data:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -244,12 +263,17 @@ def _read_parquet(path: Path) -> Data:
     for name, column in zip(table.column_names, table.columns, strict=True):
         if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
             raise DataError(f"{path}: column {name!r} has type {column.type}; expected integer or floating point")
-        if column.null_count:
-            raise DataError(f"{path}: column {name!r} has {column.null_count} missing values; remove or impute them")
-        columns.append(column.to_numpy())
+        if column.null_count and not missing:
+            raise DataError(
+                f"{path}: column {name!r} has {column.null_count} missing values; remove or impute them, or fit with "
+                "--missing marginalize"
+            )
+        values = column.to_numpy()
+        columns.append(values.astype(np.float64) if column.null_count else values)  # a null: NaN
     dtype = np.float32 if columns and all(c.dtype == np.float32 for c in columns) else np.float64
     rows = np.column_stack(columns).astype(dtype, copy=False) if columns else np.zeros((table.num_rows, 0))
-    if not np.isfinite(rows).all():
-        row, column = (int(i[0]) for i in np.nonzero(~np.isfinite(rows)))
+    bad = np.isinf(rows) if missing else ~np.isfinite(rows)
+    if bad.any():
+        row, column = (int(i[0]) for i in np.nonzero(bad))
         raise DataError(f"{path}: row {row + 1}, column {table.column_names[column]!r} is not a finite number")
     return Data(path, rows, list(table.column_names))

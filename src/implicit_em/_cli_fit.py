@@ -71,6 +71,12 @@ def add_parsers(sub: Any) -> None:
         default=None,
         help=f"torch threads (default: 1 below {SMALL_DATA_VALUES:,} values, else torch's default)",
     )
+    fit.add_argument(
+        "--missing",
+        default="raise",
+        choices=("raise", "marginalize"),
+        help="marginalize: empty cells and NaN are missing values, integrated out (fitter em; default raise)",
+    )
     fit.add_argument("--json", action="store_true", help="print one JSON object")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
     predict = sub.add_parser("predict", help="labels (or --proba responsibilities) of DATA under a saved model")
@@ -136,10 +142,13 @@ def _fit(args: argparse.Namespace, prog: str) -> int:
     # Everything the user can get wrong is checked before the mixture package (and torch) is imported.
     if args.k_range is not None and args.n_components != "auto":
         raise ValueError("--k-range chooses K for --n-components auto; with a fixed K leave it out")
+    if args.missing == "marginalize" and args.fitter != "em":
+        raise ValueError(f"--missing marginalize is fitted by --fitter em, not {args.fitter}")
     if args.out is not None:
         _check_model_path(Path(args.out))
     batch_rows = args.batch_size or _default_batch_size(args.fitter)
-    data = read_data(args.data, batch_rows, seed=args.seed if args.fitter != "em" else None)
+    missing = args.missing == "marginalize"
+    data = read_data(args.data, batch_rows, seed=args.seed if args.fitter != "em" else None, missing=missing)
     ks = _components(args, data, prog)
 
     from implicit_em._runio import torch_threads
@@ -179,6 +188,7 @@ def _fit_ks(args: argparse.Namespace, prog: str, data: Data, ks: range) -> int:
                 reg_covar=args.reg_covar,
                 n_init=args.n_init,
                 split_merge=args.split_merge,
+                missing=args.missing,
                 verbose=int(not args.quiet and len(ks) == 1),  # a bar on a terminal, a heartbeat in a log
             )
             start = time.perf_counter()
