@@ -150,19 +150,7 @@ def test_sample_bic_aic_have_sklearn_shapes() -> None:
 
 
 # sklearn's checks run on small arrays; the stochastic fitters get the same checks.
-_EXPECTED_FAILED: dict[str, str] = {}  # every check passes for the EM fitters (none is expected to fail)
-_GD_NO_WEIGHTS = "sample_weight is not supported by fitter='gd' yet: fit raises ValueError saying so"
-_EXPECTED_FAILED_GD = {
-    name: _GD_NO_WEIGHTS
-    for name in (
-        "check_sample_weights_not_an_array",
-        "check_sample_weights_list",
-        "check_all_zero_sample_weights_error",
-        "check_sample_weights_shape",
-        "check_sample_weights_not_overwritten",
-        "check_sample_weight_equivalence_on_dense_data",
-    )
-}
+_EXPECTED_FAILED: dict[str, str] = {}  # every check passes for all three fitters (none is expected to fail)
 
 
 @parametrize_with_checks(
@@ -171,7 +159,7 @@ _EXPECTED_FAILED_GD = {
         GaussianMixture(fitter="online_em", random_state=0, max_iter=20),
         GaussianMixture(fitter="gd", random_state=0, max_iter=20),
     ],
-    expected_failed_checks=lambda est: _EXPECTED_FAILED_GD if est.fitter == "gd" else _EXPECTED_FAILED,
+    expected_failed_checks=lambda est: _EXPECTED_FAILED,
 )
 def test_sklearn_estimator_checks(estimator: GaussianMixture, check: object) -> None:
     with warnings.catch_warnings():

@@ -24,7 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from implicit_em.mixture._fused import Batch, BatchSummarizer, fused_pass_loglik, fused_pass_summary
-from implicit_em.mixture._stats import Summary, log_normalize, summarize, weighted_log_prob
+from implicit_em.mixture._stats import Summary, log_normalize, summarize, weighted_log_prob, weighted_sum
 
 __all__ = ["Summarizer", "fused", "pass_loglik", "pass_summary"]
 
@@ -52,16 +52,18 @@ def pass_summary(
 
 
 def pass_loglik(
-    batches: Iterable[Tensor], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"], lookahead: bool = True
-) -> tuple[float, int]:
+    batches: Iterable[Batch], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"], lookahead: bool = True
+) -> tuple[float, float]:
     """Σ log p(x_i) over every row of ``batches`` (summed in float64) and the number of rows: the pass of
-    :func:`pass_summary` without the statistics."""
+    :func:`pass_summary` without the statistics (weighted batches: Σ w log p and Σ w)."""
     if fused(a.dtype):
         return fused_pass_loglik(batches, a, shift, lookahead=lookahead)
-    total, n = 0.0, 0
-    for x in batches:
-        total += float(log_normalize(weighted_log_prob(x, a, shift).T)[1].double().sum())
-        n += x.shape[0]
+    total, n = 0.0, 0.0
+    for batch in batches:
+        x, w = batch if isinstance(batch, tuple) else (batch, None)
+        log_p = log_normalize(weighted_log_prob(x, a, shift).T)[1]
+        total += float(log_p.double().sum() if w is None else weighted_sum(log_p, w))
+        n += x.shape[0] if w is None else float(w.double().sum())
     return total, n
 
 

@@ -308,14 +308,12 @@ class GradientDescent:
         scale: float,
         weights: Tensor | None = None,
     ) -> tuple[Any, MixtureParams, float]:
-        if weights is not None:
-            raise ValueError('sample_weight is not supported by fitter="gd" yet')
         if state is None:
             state = make_state(
                 params, settings.covariance_type, shift, scale, settings.learning_rate, settings.optimizer
             )
         coords = state.scale if state.scale is not None else scale  # the coordinates the state steps in
-        loglik = gd_step(state, x, shift, coords, settings.volume, self._settings(settings).reg_covar)
+        loglik = gd_step(state, x, shift, coords, settings.volume, self._settings(settings).reg_covar, weights=weights)
         return state, state_params(state, settings.covariance_type, shift, coords), loglik
 
 
@@ -327,8 +325,8 @@ def _mean_loglik(data: DataSource, params: MixtureParams, covariance_type: str, 
     """The exact mean log-likelihood of the data, one chunked pass (``_estep.pass_loglik``; over every shard in
     a process group)."""
     a = _stats.score_matrix(params, covariance_type, shift).to(data.dtype)
-    total, n = pass_loglik(data.batches(CHUNK), a, shift, lookahead=data.kind != "iterable")
+    total, n = pass_loglik(data.weighted_batches(CHUNK), a, shift, lookahead=data.kind != "iterable")
     if data.layout is not None:  # a process group: the sums over every process's shard
         sums = _distributed.all_reduce_sum(torch.tensor([total, float(n)], dtype=torch.float64, device=a.device))
-        total, n = float(sums[0]), int(sums[1])
-    return total / max(n, 1)
+        total, n = float(sums[0]), float(sums[1])
+    return total / n if n > 0 else total

@@ -280,15 +280,15 @@ def fused_pass_summary(
 
 
 def fused_pass_loglik(
-    batches: Iterable[Tensor], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"], lookahead: bool = True
-) -> tuple[float, int]:
+    batches: Iterable[Batch], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"], lookahead: bool = True
+) -> tuple[float, float]:
     """Σ log p(x_i) over every row of ``batches`` (float64) and the rows: :func:`fused_pass_summary`'s pass
     without its statistics GEMM (the exact log-likelihood a stochastic fit ends with)."""
     done = _pass(batches, a, shift, SUB_CHUNK, None, lookahead, statistics=False)
     if done is None:
-        return 0.0, 0
+        return 0.0, 0.0
     sums, _ = done
-    return float(functools.reduce(operator.add, (w.loglik for w in sums))), int(sum(w.n for w in sums))
+    return float(functools.reduce(operator.add, (w.loglik for w in sums))), sum(w.n for w in sums)
 
 
 def _pass(

@@ -259,9 +259,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         equals repeating the row and a zero weight equals removing it (from the same start: the k-means start
         draws differently on weighted and repeated rows); the start uses the weights too (k-means, k-means++
         and the M-step from the initial responsibilities; "random_from_data" draws rows in proportion to their
-        weight). The EM fitters ("em", "online_em", whose mini-batch steps average over Σ w) in one process, not yet
-        "gd" or a process group; split-and-merge proposes moves from an unweighted sample and accepts them on the
-        weighted likelihood.
+        weight). Every fitter: "online_em" averages each mini-batch step over Σ w, "gd" steps on Σ w log p / (B w̄),
+        w̄ the mean weight of all rows (an unbiased estimate of the weighted mean log-likelihood). In one process
+        only, not yet in a process group; split-and-merge proposes moves from an unweighted sample and accepts
+        them on the weighted likelihood.
         """
         self._fit(X, sample_weight)
         return self
@@ -280,8 +281,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             path = _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
             settings = FitSettings.from_params(self.get_params(deep=False))
             fitter = REGISTRY[settings.fitter]
-            if sample_weight is not None:
-                _check_weighted_fit(self.fitter, group)
+            if sample_weight is not None and group:
+                raise ValueError("sample_weight is not supported in a torch.distributed process group yet")
             data = self._source(X, reset=True, sample_weight=sample_weight)
         except (ValueError, TypeError) as error:
             if not group:
@@ -418,9 +419,15 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return kind(path, int(self.checkpoint_every), identity, data.device)
 
     def _shift_scale(self, data: DataSource, rng: np.random.RandomState) -> tuple[Tensor, float]:
-        sample = data.sample(_INIT_SAMPLE, rng).double()  # draws from rng only when N > _INIT_SAMPLE
-        shift = sample.mean(0)
-        var = sample.var(0, unbiased=False)
+        sample, weights = data.weighted_sample(_INIT_SAMPLE, rng)  # draws from rng only when N > _INIT_SAMPLE
+        sample = sample.double()
+        if weights is None:
+            shift = sample.mean(0)
+            var = sample.var(0, unbiased=False)
+        else:  # the rows as the weights count them (a removed row must not set gd's coordinates)
+            w = weights.double().to(sample.device)[:, None] / weights.double().sum()
+            shift = (w * sample).sum(0)
+            var = (w * (sample - shift) ** 2).sum(0)
         scale = float(var.mean().sqrt()) if sample.shape[0] > 1 else 1.0
         if sample.shape[0] > 1:
             _validation.warn_if_reg_covar_dominates(float(self.reg_covar), var)
@@ -515,16 +522,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         """One online-EM step ("em", "online_em") or one gradient step ("gd") on the batch X.
 
         The first call initialises from X with ``init_params`` (X should then hold at least n_components rows).
-        ``sample_weight`` (N,), optional, as in :meth:`fit` ("em" and "online_em"): the step's statistics are
-        the weighted means of the batch.
+        ``sample_weight`` (N,), optional, as in :meth:`fit`: the step's statistics (or gradient) are the batch's
+        weighted means.
         """
         first = not hasattr(self, "converged_")
         self._check_parameters()
         _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
         settings = FitSettings.from_params(self.get_params(deep=False))
         fitter = REGISTRY[settings.fitter]
-        if sample_weight is not None and settings.fitter == "gd":
-            raise ValueError('sample_weight is supported by the EM fitters\' partial_fit ("em", "online_em"), not "gd"')
         data = self._source(X, reset=first, sample_weight=sample_weight)
         x = torch.cat(list(data.batches(1 << 30)))
         if first:
@@ -736,14 +741,6 @@ def _with_nan(estimator: Any, x: Any, reset: bool) -> np.ndarray:
             "observed says nothing about the mixture: remove it"
         )
     return x
-
-
-def _check_weighted_fit(fitter: str, group: bool) -> None:
-    """Raise ValueError where ``sample_weight`` is not supported yet: a stochastic fitter, a process group."""
-    if fitter == "gd":
-        raise ValueError('sample_weight is supported by the EM fitters ("em", "online_em"), not yet by "gd"')
-    if group:
-        raise ValueError("sample_weight is not supported in a torch.distributed process group yet")
 
 
 def _is_batches(x: Any) -> bool:

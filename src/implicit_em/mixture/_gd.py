@@ -44,7 +44,7 @@ from implicit_em.gaussian import covariances_from_precisions_cholesky, full_prec
 from implicit_em.mixture import _distributed, _interrupt
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint
-from implicit_em.mixture._epochs import EpochPosition, epoch_batches
+from implicit_em.mixture._epochs import EpochPosition, weighted_epoch_batches
 from implicit_em.mixture._gd_fast import FastStep
 from implicit_em.mixture._interrupt import FitInterrupted
 from implicit_em.mixture._settings import FitSettings
@@ -53,6 +53,7 @@ from implicit_em.mixture._stats import (
     log_normalize,
     quadratic_features_t,
     quadratic_score_matrix,
+    weighted_sum,
 )
 from implicit_em.objectives import mixture_nll
 
@@ -130,19 +131,25 @@ def log_joint_matrix(state: GDState, volume: bool) -> Float[Tensor, "p k"]:
     return quadratic_score_matrix(lam, c.means, offsets)
 
 
-def accumulate_gradient(state: GDState, x_std: Float[Tensor, "b d"], volume: bool) -> Float[Tensor, " b"]:
+def accumulate_gradient(
+    state: GDState, x_std: Float[Tensor, "b d"], volume: bool, weights: Tensor | None = None, rows: float = 0.0
+) -> Float[Tensor, " b"]:
     r"""Backpropagate the mean mixture NLL of a standardised batch into the parameters; returns log p per row.
 
     This is the paper's law used as the algorithm: ∂L⁻/∂(log π_j − e_j) = −r_j, so the gradient with respect
     to the score matrix A is −φ Rᵀ / B, the E-step statistics of EM, and autograd takes it from A to the
     parameters. Equal to autograd through :func:`batch_loss` (tested to 1e-10 in float64) at the cost of the
     EM pass: two matrix products on the quadratic features instead of K whitenings and their backward.
+    ``weights`` (B,): the row weights' sum Σ w log p divided by ``rows`` (the batch's weighted size) instead.
     """
     a = log_joint_matrix(state, volume)
     with torch.no_grad():
         phi_t = quadratic_features_t(x_std.to(a.dtype))  # (P, B)
         resp, log_norm = log_normalize(a.detach().T @ phi_t)  # (K, B), (B,)
-        grad = (phi_t @ resp.T).mul_(-1.0 / x_std.shape[0])  # (P, K)
+        if weights is None:
+            grad = (phi_t @ resp.T).mul_(-1.0 / x_std.shape[0])  # (P, K)
+        else:
+            grad = (phi_t @ (resp * weights.to(resp.dtype)).T).mul_(-1.0 / rows)
     a.backward(grad)
     return log_norm
 
@@ -155,24 +162,38 @@ def gd_step(
     volume: bool,
     reg_covar: float = 0.0,
     fast: FastStep | None = None,
+    weights: Tensor | None = None,
+    mean_weight: float | None = None,
 ) -> float:
     """One optimiser step on batch x (original coordinates), with ``reg_covar``'s penalty when > 0 and the
     objective is the likelihood (volume=True; :func:`_reg_covar_backward`); returns the batch's mean objective
     per sample in original coordinates (log-likelihood when volume=True; without the penalty). In float32 the
     step is :class:`FastStep`'s (the fit's ``fast``, else one made for this step): the same gradient without
-    autograd or a per-batch solve."""
+    autograd or a per-batch solve.
+
+    ``weights`` (B,): the step follows Σ_i w_i log p(x_i) / (B · ``mean_weight``), an unbiased estimate of the
+    data's weighted mean log-likelihood when ``mean_weight`` is the mean weight of all the rows (default: this
+    batch's), and returns the batch's weighted mean."""
     jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
+    rows = float(x.shape[0])
+    if weights is not None:
+        rows = x.shape[0] * (float(weights.double().mean()) if mean_weight is None else mean_weight)
     if fast is None and uses_fast_step(x.dtype):
         fast = FastStep(state.components, state.logits, shift, scale, x.shape[0], x.dtype)
     if fast is not None:
-        s, loglik = fast.statistics(x, fast.score_matrix_t(volume))
-        fast.set_gradient(s, x.shape[0], volume, reg_covar)  # with the penalty's gradient
+        s, loglik = fast.statistics(x, fast.score_matrix_t(volume), weights)
+        fast.set_gradient(s, x.shape[0] if weights is None else rows, volume, reg_covar)  # with the penalty's
         state.optimizer.step()
-        return float(loglik) / x.shape[0] - jacobian
+        if weights is None:
+            return float(loglik) / x.shape[0] - jacobian
+        return float(loglik) / float(weights.double().sum()) - jacobian
     x_std = _standardise(x, shift, scale)
     state.optimizer.zero_grad(set_to_none=True)
-    log_norm = accumulate_gradient(state, x_std, volume)
-    loss = -log_norm.double().mean()
+    log_norm = accumulate_gradient(state, x_std, volume, weights, rows)
+    if weights is None:
+        loss = -log_norm.double().mean()
+    else:
+        loss = -weighted_sum(log_norm, weights) / weights.double().sum()
     if reg_covar > 0 and volume:
         _reg_covar_backward(state, scale, reg_covar)
     state.optimizer.step()
@@ -323,6 +344,7 @@ def fit_gd(
     mean = pos.prev
     in_group = data.layout is not None  # a process group: data-parallel steps on the global mini-batches
     passes = epoch_passes(data, batch_size, min_steps)
+    mean_weight = float(data.weights.double().mean()) if data.weights is not None else None
     fast = None
     if uses_fast_step(data.dtype):
         fast = FastStep(state.components, state.logits, shift, coords, batch_size, data.dtype)
@@ -338,13 +360,20 @@ def fit_gd(
                 t0 = time.perf_counter()
                 if tail is not None and pos.step == 0:
                     tail.reset()
-                for x in _epoch_batches(data, batch_size, generator, pos, passes):
+                for x, w in _epoch_batches(data, batch_size, generator, pos, passes):
+                    step: tuple[float, float] | None
                     if in_group:
                         step = group_gd_step(state, x, shift, coords, volume, reg_covar, fast)
                         if step is None:
                             break
-                    else:
+                    elif w is None:
                         step = gd_step(state, x, shift, coords, volume, reg_covar, fast) * x.shape[0], x.shape[0]
+                    elif bool((w > 0).any()):  # the batch's weighted log-likelihood and weight
+                        total = float(w.double().sum())
+                        mean = gd_step(state, x, shift, coords, volume, reg_covar, fast, w, mean_weight)
+                        step = mean * total, total
+                    else:  # every row of the batch removed: no step
+                        step = 0.0, 0.0
                     pos.advance(*step)
                     if tail is not None:
                         tail.add()
@@ -454,10 +483,15 @@ def feature_scale(data: DataSource, shift: Float[Tensor, " d"], scale: float, co
     if covariance_type == "spherical":
         return scale
     total: Tensor | None = None
-    for x in data.batches(_PASS_ROWS):
+    for batch in data.weighted_batches(_PASS_ROWS):  # weighted rows count as the weights say
+        x, w = batch if isinstance(batch, tuple) else (batch, None)
         xc = x.double() - shift.double().to(x.device)
-        rows = torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)
-        part = torch.cat([xc.sum(0), (xc.T @ xc).reshape(-1), rows])
+        if w is None:
+            rows = torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)
+            part = torch.cat([xc.sum(0), (xc.T @ xc).reshape(-1), rows])
+        else:
+            wc = w.double().to(x.device)[:, None]
+            part = torch.cat([(wc * xc).sum(0), (xc.T @ (wc * xc)).reshape(-1), wc.sum().reshape(1)])
         total = part if total is None else total + part
     if total is None:
         return scale
@@ -487,17 +521,18 @@ def epoch_passes(data: DataSource, batch_size: int, min_steps: int) -> int:
 
 def _epoch_batches(
     data: DataSource, batch_size: int, generator: torch.Generator, pos: EpochPosition, passes: int
-) -> Iterator[Tensor]:
-    """:func:`~implicit_em.mixture._epochs.epoch_batches` over ``passes`` consecutive passes, each reshuffled by
-    the generator; a resumed epoch redraws them from the state it started from and skips the steps taken."""
+) -> Iterator[tuple[Tensor, Tensor | None]]:
+    """:func:`~implicit_em.mixture._epochs.weighted_epoch_batches` over ``passes`` consecutive passes, each
+    reshuffled by the generator; a resumed epoch redraws them from the state it started from and skips the steps
+    taken. Each batch comes with its rows' weights (None for unweighted data)."""
     if passes == 1:
-        return epoch_batches(data, batch_size, generator, pos)
+        return weighted_epoch_batches(data, batch_size, generator, pos)
     if pos.step == 0:
         pos.generator = generator.get_state()
     else:
         assert pos.generator is not None
         generator.set_state(pos.generator.cpu())
-    chained = itertools.chain.from_iterable(data.step_batches(batch_size, generator) for _ in range(passes))
+    chained = itertools.chain.from_iterable(data.weighted_step_batches(batch_size, generator) for _ in range(passes))
     return itertools.islice(chained, pos.step, None)
 
 

@@ -129,7 +129,9 @@ class FastStep:
         return z.index_select(1, self.src).mul_(self.coef).to(self.ws.stats.dtype)
 
     @torch.no_grad()
-    def statistics(self, x: Float[Tensor, "b d"], a_t: Float[Tensor, "k p"]) -> tuple[Tensor, Tensor]:
+    def statistics(
+        self, x: Float[Tensor, "b d"], a_t: Float[Tensor, "k p"], weights: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """R φ(x − shift) summed over the rows of x, (K, P) float64 in the circulant order, and Σ log p(u).
 
         One thread of Python with torch's intra-op threads: splitting a 4096-row batch between two Python
@@ -139,11 +141,11 @@ class FastStep:
         k, p = a_t.shape
         s = torch.zeros(k, p, dtype=torch.float64, device=a_t.device)
         loglik = torch.zeros((), dtype=torch.float64, device=a_t.device)
-        self.ws.add(x, a_t, self.shift, s, loglik)
+        self.ws.add(x, a_t, self.shift, s, loglik, weights)  # weights: each row's statistics and log p scaled
         return s, loglik
 
     @torch.no_grad()
-    def set_gradient(self, s: Float[Tensor, "k p"], rows: int, volume: bool, reg_covar: float = 0.0) -> None:
+    def set_gradient(self, s: Float[Tensor, "k p"], rows: float, volume: bool, reg_covar: float = 0.0) -> None:
         """``.grad`` of every parameter: the gradient of the mean NLL of ``rows`` rows whose summed statistics
         (circulant order, :meth:`statistics` under the last :meth:`score_matrix_t`) are ``s``, plus (when
         ``reg_covar`` > 0 and ``volume``) that of reg_covar's penalty ½·reg·Σ_j sg(π_j)·tr(P_j), the gradient
