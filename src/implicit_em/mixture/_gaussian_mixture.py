@@ -318,12 +318,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             starts = _starts.Starts(self, fitter, settings, data, progress, ckpt, do_init)
             best, best_history = starts.run(self.n_init if do_init else 1, saved)
             if not best.converged and self.max_iter > 0:
-                warnings.warn(
-                    "Best performing initialization did not converge. Try different init parameters, or increase "
-                    "max_iter, tol, or check for degenerate data.",
-                    ConvergenceWarning,
-                    stacklevel=3,
-                )
+                _warn_not_converged()
             self._keep(best, best_history, data.dtype)
             if group and _distributed.any_stop(_interrupt.requested(), data.device):  # every process ends alike
                 _interrupt.clear()
@@ -369,12 +364,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         assert best is not None
         result, history = best
         if not result.converged and self.max_iter > 0:
-            warnings.warn(
-                "Best performing initialization did not converge. Try different init parameters, or increase "
-                "max_iter, tol, or check for degenerate data.",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
+            _warn_not_converged()
         kept = result._replace(lower_bounds=tuple(float(h["loglik"]) for h in history.records[: result.n_iter]))
         self._keep(kept, history.records, torch.float64)
         return self
@@ -710,6 +700,16 @@ def _zero_params(k: int, d: int, covariance_type: str, like: Tensor) -> MixtureP
     shape = gaussian.parameter_shape(covariance_type, k, d)
     w, mu, cov = (torch.zeros(s, dtype=like.dtype, device=like.device) for s in ((k,), (k, d), shape))
     return MixtureParams(w, mu, cov, cov.clone())
+
+
+def _warn_not_converged() -> None:
+    """scikit-learn's warning for a fit whose best start did not converge (stacklevel: the caller of ``fit``)."""
+    warnings.warn(
+        "Best performing initialization did not converge. Try different init parameters, or increase "
+        "max_iter, tol, or check for degenerate data.",
+        ConvergenceWarning,
+        stacklevel=4,
+    )
 
 
 def _has_nan(x: Any) -> bool:
