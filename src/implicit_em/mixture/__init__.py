@@ -8,9 +8,9 @@ underscored modules (every one is named here; ``tests/test_mixture_layout.py`` c
 - the estimator: ``_gaussian_mixture`` (parameters, ``fit``, ``predict``, scoring), its loop over the ``n_init``
   starts (``_starts``), the input checks (``_validation``), saving and loading (``_io``);
 - the fitters behind one interface (``_fitting``: registry, a run's context, history and progress), each taking
-  the fit's settings whole (``_settings``): batch EM (``_em``), online EM (``_online_em``), gradient descent:
-  implicit EM (``_gd``, its float32 fast step ``_gd_fast``), and where a stochastic fit stands inside its epochs
-  (``_epochs``);
+  the fit's settings whole (``_settings``): batch EM (``_em``; on rows with missing values ``_missing``), online
+  EM (``_online_em``), gradient descent: implicit EM (``_gd``, its float32 fast step ``_gd_fast``), and where a
+  stochastic fit stands inside its epochs (``_epochs``);
 - the E-step, its back-end chosen in one place (``_estep``), on the E/M engine on quadratic features (``_stats``:
   the float64 reference, the M-step) and its fused float32 pass (``_fused``); initialisation (``_init``);
   split-and-merge (``_split_merge``);
