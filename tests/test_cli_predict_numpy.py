@@ -69,3 +69,26 @@ def test_predict_never_imports_torch(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code, str(path), str(data)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert [int(v) for v in done.stdout.split()] == model.predict(_x(20)).tolist()
+
+
+@pytest.mark.parametrize("covariance_type", COVARIANCE_TYPES)
+def test_rows_with_nan_are_scored_on_their_observed_features(tmp_path: Path, covariance_type: str) -> None:
+    """The numpy scorer's marginals equal the estimator's (``missing="marginalize"``), and predict uses them."""
+    x = _x()
+    holes = x.copy()
+    holes[::3, 0] = np.nan
+    holes[1::5, 2] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = GaussianMixture(3, covariance_type=covariance_type, random_state=0, missing="marginalize").fit(holes)
+    scorer = read_mixture(model.save(tmp_path / "m.npz"))
+    np.testing.assert_allclose(scorer.predict_proba(holes), model.predict_proba(holes), rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(scorer.predict(holes), model.predict(holes))
+    from implicit_em.cli import main
+
+    data = tmp_path / "holes.csv"
+    data.write_text("\n".join(",".join("" if np.isnan(v) else repr(float(v)) for v in row) for row in holes) + "\n")
+    assert main(["predict", str(tmp_path / "m.npz"), str(data)]) == 2  # NaN without the flag: refused
+    assert main(["predict", str(tmp_path / "m.npz"), str(data), "--missing", "marginalize", "--out",
+                 str(tmp_path / "p.npy")]) == 0  # fmt: skip
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), model.predict(holes))

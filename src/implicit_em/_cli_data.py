@@ -217,7 +217,7 @@ def _read_text_arrow(path: Path, delimiter: str, missing: bool = False) -> Data 
         return None  # the careful reader names the problem
     if first is None:
         return None
-    if any(_number(c) is None for c in first):
+    if any(_number(c) is None for c in first if c.strip() or not missing):  # an empty cell: missing, not a name
         header = [c.strip() for c in first]
     names = [f"c{i}" for i in range(len(first))]
     try:

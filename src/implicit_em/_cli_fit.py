@@ -84,6 +84,12 @@ def add_parsers(sub: Any) -> None:
     predict.add_argument("data", metavar="DATA", help="rows x features: .npy, .csv/.tsv, .parquet")
     predict.add_argument("--proba", action="store_true", help="responsibilities (N x K) instead of labels")
     predict.add_argument("--out", default=None, metavar="FILE", help=".npy or .csv (default: stdout)")
+    predict.add_argument(
+        "--missing",
+        default="raise",
+        choices=("raise", "marginalize"),
+        help="marginalize: score rows with empty cells or NaN on their observed features (default raise)",
+    )
 
 
 def run(args: argparse.Namespace) -> int | None:
@@ -389,13 +395,14 @@ def _predict(args: argparse.Namespace) -> int:
     if out is not None and (out.suffix.lower() not in (".npy", ".csv") or not out.parent.is_dir()):
         raise ValueError(f"--out {out}: expected a .npy or .csv file in an existing directory")
     model = read_mixture(args.model)
-    data = read_data(args.data, _ROWS)
+    missing = args.missing == "marginalize"
+    data = read_data(args.data, _ROWS, missing=missing)
     if data.n_features != model.n_features_in_:
         raise DataError(
             f"{data.path} has {data.n_features} features, but the model {args.model} expects {model.n_features_in_}"
         )
     method = model.predict_proba if args.proba else model.predict
-    parts = (method(batch) for batch in _finite_batches(data))
+    parts = (method(batch) for batch in (data.batches(_ROWS) if missing else _finite_batches(data)))
     if out is None:
         for part in parts:
             sys.stdout.write("".join(_line(row) for row in part))
@@ -418,7 +425,7 @@ def _finite_batches(data: Data) -> Iterator[Any]:
             value = batch[row, col]
             raise DataError(
                 f"{data.path}: row {start + row + 1}, column {col + 1} is {float(value)}; predict needs finite values "
-                "(remove or impute that row)"
+                "(remove or impute that row, or --missing marginalize)"
             )
         start += len(batch)
         yield batch

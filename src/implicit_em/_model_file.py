@@ -189,8 +189,9 @@ class NumpyMixture:
         self.covariance_type: str = model.covariance_type
         self.n_components: int = int(model.means_.shape[0])
         self.n_features_in_: int = int(model.n_features_in_)
-        self.weights_, self.means_, self.precisions_cholesky_ = (
-            np.asarray(a, dtype=np.float64) for a in (model.weights_, model.means_, model.precisions_cholesky_)
+        self.weights_, self.means_, self.precisions_cholesky_, self.covariances_ = (
+            np.asarray(a, dtype=np.float64)
+            for a in (model.weights_, model.means_, model.precisions_cholesky_, model.covariances_)
         )
 
     def weighted_log_prob(self, x: np.ndarray) -> np.ndarray:
@@ -215,13 +216,40 @@ class NumpyMixture:
             log_w = np.log(self.weights_)
         return log_w + log_det - 0.5 * d * math.log(2 * math.pi) - 0.5 * sq
 
+    def marginal_log_prob(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`weighted_log_prob` of rows with NaN features over their observed ones (``missing="marginalize"``):
+        log π_j + log N(x_o; μ_o, Σ_oo), one Cholesky factor of Σ_oo per component and pattern of missing features."""
+        x = np.asarray(x, dtype=np.float64)
+        k, d = self.means_.shape
+        cov = {
+            "full": lambda: self.covariances_,
+            "tied": lambda: np.broadcast_to(self.covariances_, (k, d, d)),
+            "diag": lambda: np.stack([np.diag(c) for c in self.covariances_]),
+            "spherical": lambda: self.covariances_[:, None, None] * np.eye(d),
+        }[self.covariance_type]()
+        with np.errstate(divide="ignore"):
+            log_w = np.log(self.weights_)
+        out = np.empty((x.shape[0], k))
+        patterns, inverse = np.unique(np.isnan(x), axis=0, return_inverse=True)
+        for p, miss in enumerate(patterns):
+            rows, obs = np.nonzero(inverse.reshape(-1) == p)[0], ~miss
+            for j in range(k):
+                chol = np.linalg.cholesky(cov[j][np.ix_(obs, obs)])
+                z = np.linalg.solve(chol, (x[np.ix_(rows, obs)] - self.means_[j, obs]).T)
+                log_det = np.log(np.diag(chol)).sum()
+                out[rows, j] = log_w[j] - log_det - 0.5 * obs.sum() * math.log(2 * math.pi) - 0.5 * (z * z).sum(0)
+        return out
+
+    def _log_prob(self, x: np.ndarray) -> np.ndarray:
+        return self.marginal_log_prob(x) if np.isnan(x).any() else self.weighted_log_prob(x)
+
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """The most probable component of every row, (N,)."""
-        return np.asarray(self.weighted_log_prob(x).argmax(1))
+        """The most probable component of every row, (N,) (rows with NaN: on their observed features)."""
+        return np.asarray(self._log_prob(np.asarray(x, dtype=np.float64)).argmax(1))
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
-        """Responsibilities, (N, K), float64."""
-        logp = self.weighted_log_prob(x)
+        """Responsibilities, (N, K), float64 (rows with NaN: on their observed features)."""
+        logp = self._log_prob(np.asarray(x, dtype=np.float64))
         logp -= logp.max(1, keepdims=True)
         p = np.exp(logp)
         return np.asarray(p / p.sum(1, keepdims=True))
