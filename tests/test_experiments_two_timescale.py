@@ -455,3 +455,43 @@ def test_companion_training_runs_end_to_end_on_a_tiny_chain() -> None:
     torch.testing.assert_close(start[:, 2:], start[:, :1].expand(-1, 3))  # one initialisation, one sequence
     r = ttc.readings(out, c, 0.5, 0.01, 2.0)
     assert r["speed_up"]["baseline"] == [1.0, 1.0] and 0.0 <= out["no_context_kl"] < 0.01
+
+
+def test_an_interrupted_run_resumes_from_its_cached_trainings_and_equals_an_uninterrupted_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every setting's stack and every companion inner seed's stack is cached in the run folder: a run interrupted
+    in its second companion seed trains, when rerun, that seed alone, and its record equals an uninterrupted run's
+    bitwise."""
+    import implicit_em.audit.testbeds.two_timescale as tt
+
+    cfg = _tiny()
+    whole = EXPERIMENT.run(cfg, Context(tmp_path / "whole"))
+    calls: list[str] = []
+    real_setting, real_seed = tt.train_setting, ttc.train_seed
+
+    def counted_setting(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append("setting")
+        return real_setting(*args, **kwargs)
+
+    def interrupted_seed(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append("companion")
+        if calls.count("companion") == 2:
+            raise KeyboardInterrupt
+        return real_seed(*args, **kwargs)
+
+    monkeypatch.setattr(tt, "train_setting", counted_setting)
+    monkeypatch.setattr(ttc, "train_seed", interrupted_seed)
+    with pytest.raises(KeyboardInterrupt):
+        EXPERIMENT.run(cfg, Context(tmp_path / "resumed"))
+    assert calls == ["setting"] * 6 + ["companion"] * 2
+    calls.clear()
+    resumed = EXPERIMENT.run(cfg, Context(tmp_path / "resumed"))
+    assert calls == ["companion"]  # the six settings and the first inner seed come from the cache
+    assert len(list((tmp_path / "resumed" / "testbeds").glob("two_timescale_*.pt"))) == 6 + cfg.n_seeds
+    a, b = whole.to_dict(), resumed.to_dict()
+    for k in ("verdict", "summary", "metrics", "criteria"):
+        if k == "metrics":  # wall times are the trainings' own, measured again in the uninterrupted run
+            a[k] = {m: v for m, v in a[k].items() if not m.endswith("wall_s")}
+            b[k] = {m: v for m, v in b[k].items() if not m.endswith("wall_s")}
+        assert a[k] == b[k], k

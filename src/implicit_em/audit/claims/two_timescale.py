@@ -30,11 +30,12 @@ KL of it), its ordering is decided; and the planted controls pass (known τ reco
 ordering and specificity rules on planted pairs). Page: docs/claims/two_timescale.md (pilots, history).
 """
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from implicit_em.audit import seeds
+from implicit_em.audit import provenance, seeds
 from implicit_em.audit.core import Comparison, Context, Criterion, Experiment, Result, Verdict, criterion, gate, gated
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.plots import pyplot
@@ -278,6 +279,25 @@ def _read(m: Measured, key: str, setting: tt.Setting, proto: tt.Protocol, traine
                      "loss_steps": traj.loss_steps, "probe_ce": traj.probe_ce, "drift_step": drift}  # fmt: skip
 
 
+def _trained(ctx: Context, cfg: Config, name: str, setting: tt.Setting, p: tt.Protocol,
+             streams: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """:func:`~implicit_em.audit.testbeds.two_timescale.train_setting` of one setting under one protocol, cached in
+    the run folder (an interrupted run resumes at the next setting), keyed by everything it reads: the run's seed
+    and seeds, the setting's sizes, the protocol, the reading intervals and this module's code."""
+    key = {"setting": name, "arm": dataclasses.asdict(_arm(cfg, name)), "chain": dataclasses.asdict(cfg.chain),
+           "protocol": dataclasses.asdict(p), "seed": cfg.seed, "n_seeds": cfg.n_seeds, "snap_every": cfg.snap_every,
+           "loss_every": cfg.loss_every, "ema_steps": cfg.ema_steps,
+           "code": provenance.code_hash(provenance.code_files(__name__))}  # fmt: skip
+
+    def compute() -> dict[str, Any]:
+        out = tt.train_setting(setting, p, _arm(cfg, name).batch, streams["models"], streams["data"], cfg.snap_every,
+                               cfg.loss_every, cfg.ema_steps)  # fmt: skip
+        return {**out, "traj": out["traj"].as_dict()}
+
+    value = ctx.cached("two_timescale_setting", key, compute)
+    return {**value, "traj": tt.Trajectories.from_dict(value["traj"])}
+
+
 def measure(cfg: Config, ctx: Context) -> Measured:
     """The planted controls, then every setting under both protocols (each one stack of runs)."""
     start = time.perf_counter()
@@ -293,11 +313,11 @@ def measure(cfg: Config, ctx: Context) -> Measured:
     for name, setting in settings(cfg).items():
         for proto in PROTOCOLS:
             p = protocol(cfg, proto, name)
-            trained = tt.train_setting(setting, p, _arm(cfg, name).batch, streams["models"], streams["data"],
-                                       cfg.snap_every, cfg.loss_every, cfg.ema_steps)  # fmt: skip
+            trained = _trained(ctx, cfg, name, setting, p, streams)
             _read(m, f"{name}_{proto}", setting, p, trained, cfg)
         m.put(f"{name}_note", setting.note, "text", f"{_NAMES[name]}: setting")
-    out = ttc.train(cfg.companion, cfg.seed, list(range(cfg.n_seeds)), cfg.snap_every, cfg.loss_every, cfg.ema_steps)
+    out = ttc.train(cfg.companion, cfg.seed, list(range(cfg.n_seeds)), cfg.snap_every, cfg.loss_every, cfg.ema_steps,
+                    ctx)  # fmt: skip
     ttc.put(m, ttc.readings(out, cfg.companion, r.ratio, r.reach_tol, r.n_se), out, cfg.companion)
     m.put("wall_s", time.perf_counter() - start, "s", "wall time")
     return m

@@ -21,7 +21,7 @@ arms' speed to the baseline's final probe loss; :func:`planted_control` runs all
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal, cast
 
 import torch
@@ -347,6 +347,15 @@ class Trajectories:
     probe_ce: Tensor  # (m+1, R)
     probe_kl: Tensor  # (m+1, R)
     train_gap: Tensor  # (steps, R)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict of tensors (what :meth:`~implicit_em.audit.core.Context.cached` stores)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> "Trajectories":
+        """The inverse of :meth:`as_dict`."""
+        return cls(**{f.name: value[f.name] for f in fields(cls)})
 
 
 def train_stack(

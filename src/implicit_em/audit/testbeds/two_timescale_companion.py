@@ -20,6 +20,7 @@ predictor is within about 0.001 bits of Bayes; a baseline cannot be asked to tra
 that, and the ordering this setting shows is of a head learning the emission map, not the filter.
 """
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -30,7 +31,8 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from implicit_em.audit import seeds
+from implicit_em.audit import provenance, seeds
+from implicit_em.audit.core import Context
 from implicit_em.audit.metrics import Metrics
 from implicit_em.audit.testbeds import two_timescale as tt
 from implicit_em.audit.testbeds.one_head import INIT_STD, no_context_posterior
@@ -170,15 +172,29 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {"traj": traj, **cat, "wall_s": sum(p["wall_s"] for p in parts)}
 
 
-def train(c: Companion, seed: int, inner: list[int], snap_every: int, loss_every: int,
-          ema_steps: float) -> dict[str, Any]:  # fmt: skip
+def train(c: Companion, seed: int, inner: list[int], snap_every: int, loss_every: int, ema_steps: float,
+          ctx: Context | None = None) -> dict[str, Any]:  # fmt: skip
     """Every inner seed's stack, one after another (each stack holds one T x T attention per run), merged; with
-    the probe's no-context KL and the setting in words."""
+    the probe's no-context KL and the setting in words. With ``ctx`` each inner seed's stack is cached in its run
+    folder (:meth:`~implicit_em.audit.core.Context.cached`): an interrupted run resumes at the next inner seed."""
     s = streams(seed, inner)
     task = StickyMarkovTask(length=c.length, stay=c.stay, noise=c.noise, means_seed=s["means"])
     probe = task.sample(torch.Generator().manual_seed(s["probe"]))
-    parts = [train_seed(c, task, i, d, probe, snap_every, loss_every, ema_steps)
-             for i, d in zip(s["init"], s["data"], strict=True)]  # fmt: skip
+    code = provenance.code_hash(provenance.code_files(__name__))
+
+    def one(init_seed: int, data_seeds: tuple[int, ...]) -> dict[str, Any]:
+        key = {"companion": dataclasses.asdict(c), "seed": seed, "init": init_seed, "data": list(data_seeds),
+               "streams": {k: s[k] for k in ("means", "probe")}, "snap_every": snap_every, "loss_every": loss_every,
+               "ema_steps": ema_steps, "code": code}  # fmt: skip
+
+        def compute() -> dict[str, Any]:
+            part = train_seed(c, task, init_seed, data_seeds, probe, snap_every, loss_every, ema_steps)
+            return {**part, "traj": part["traj"].as_dict()}
+
+        part = compute() if ctx is None else ctx.cached("two_timescale_companion", key, compute)
+        return {**part, "traj": tt.Trajectories.from_dict(part["traj"])}
+
+    parts = [one(i, d) for i, d in zip(s["init"], s["data"], strict=True)]
     note = (f"the companion's literal setting: StickyMarkovTask defaults (stay {c.stay:g}, noise {c.noise:g}, "
             f"T = {c.length}), one sequence per run, full batch, one head init N(0, {INIT_STD:g}²), SGD lr "
             f"{c.lr:g} for {c.steps} steps")  # fmt: skip
