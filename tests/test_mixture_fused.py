@@ -26,11 +26,14 @@ def _data(n: int, d: int, seed: int = 1) -> torch.Tensor:
 
 
 def _reference(x: torch.Tensor, p: _stats.MixtureParams, cov_type: str, shift: torch.Tensor) -> _stats.Summary:
-    """The statistics in float64, directly: r from the Gaussian energies, then Σ r, Σ r x, Σ r x xᵀ."""
+    """The statistics in float64, directly: r from the Gaussian energies, then Σ r, Σ r x, Σ r x xᵀ (for diag and
+    spherical at D > 1 its diagonal only: what their features hold, and all their M-step reads)."""
     logp = torch.log(p.weights) + _estimate_log_gaussian_prob(x, p.means, p.precisions_cholesky, cov_type)
     r = torch.softmax(logp, 1)  # (N, K)
     xs = x - shift
     sxx = torch.einsum("nk,na,nb->kab", r, xs, xs)
+    if cov_type in ("diag", "spherical") and x.shape[1] > 1:
+        sxx = torch.diag_embed(torch.diagonal(sxx, dim1=-2, dim2=-1))
     n = torch.tensor(float(x.shape[0]), dtype=torch.float64)
     return _stats.Summary(n, r.sum(0), r.T @ xs, sxx, torch.logsumexp(logp, 1).sum())
 
@@ -54,6 +57,46 @@ def test_circulant_features_are_the_quadratic_features_permuted_bitwise(d: int) 
     for rows in (37, 5, 37):  # fewer rows than the buffer, and back: the constant rows follow the view
         got = ws.features(x[:rows], shift)
         assert torch.equal(got, _stats.quadratic_features_t(x[:rows] - shift)[order])
+
+
+@pytest.mark.parametrize("d", [2, 3, 16])
+def test_diagonal_features_are_squares_values_and_one_bitwise_and_the_workspace_writes_them(d: int) -> None:
+    x, shift = _data(37, d), torch.randn(d, dtype=torch.float64)
+    xs = x - shift
+    want = torch.cat([xs.T * xs.T, xs.T, torch.ones(1, 37, dtype=torch.float64)])
+    assert torch.equal(_stats.diagonal_features_t(xs), want)
+    assert _stats.is_diagonal(2 * d + 1, d) and not _stats.is_diagonal(d * (d + 1) // 2 + d + 1, d)
+    ws = _fused._Workspace(64, d, 3, torch.float64, torch.device("cpu"), diagonal=True)
+    for rows in (37, 5, 37):  # fewer rows than the buffer, and back: the constant row follows the view
+        assert torch.equal(ws.features(x[:rows], shift), want[:, :rows])
+
+
+@pytest.mark.parametrize("cov_type", ["diag", "spherical"])
+@pytest.mark.parametrize("d", [1, 2, 7])
+def test_diag_and_spherical_score_on_their_own_features_and_their_m_step_is_the_full_features_one(
+    cov_type: str, d: int
+) -> None:
+    """The 2D + 1 diagonal features give the Gaussian log-densities of the quadratic ones, and the M-step from
+    their statistics equals the M-step from the full statistics (to float64 round-off)."""
+    x, p = _data(500, d), _params(cov_type, 3, d)
+    shift = x[:50].mean(0)
+    a = _stats.score_matrix(p, cov_type, shift)
+    assert a.shape[0] == (2 * d + 1 if d > 1 else 3)
+    logp = torch.log(p.weights) + _estimate_log_gaussian_prob(x, p.means, p.precisions_cholesky, cov_type)
+    assert_close(_stats.weighted_log_prob(x, a, shift), logp, rtol=1e-12, atol=1e-10)
+    lam = _stats.gaussian.full_precisions(p.precisions_cholesky, cov_type, 3, d)
+    offsets = _stats.score_matrix(p, cov_type, shift)[-1] + 0.5 * torch.einsum(
+        "ka,kab,kb->k", p.means - shift, lam, p.means - shift
+    )  # the constant column: log π + log|det W| − (D/2) log 2π − ½ mᵀΛm
+    full_a = _stats.quadratic_score_matrix(lam, p.means - shift, offsets)
+    mine, full = _stats.summarize(x, a, shift)[0], _stats.summarize(x, full_a, shift)[0]
+    for f in ("n", "nk", "sx", "loglik"):
+        assert_close(getattr(mine, f), getattr(full, f), rtol=1e-12, atol=1e-9, msg=f)
+    assert_close(torch.diagonal(mine.sxx, dim1=-2, dim2=-1), torch.diagonal(full.sxx, dim1=-2, dim2=-1))
+    m1 = _stats.from_summaries(mine, shift, 1e-6, cov_type, torch.float64)
+    m2 = _stats.from_summaries(full, shift, 1e-6, cov_type, torch.float64)
+    for f, u, v in zip(_stats.MixtureParams._fields, m1, m2, strict=True):
+        assert_close(u, v, rtol=1e-12, atol=1e-12, msg=f)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -22,6 +22,10 @@ cut to a handful of tensor operations on buffers allocated once per pass:
 - **threads.** On CPU the chunks of a batch are shared between Python threads, one per intra-op thread, each
   running torch single-threaded (see :func:`fused_pass_summary`).
 
+A score matrix of 2D + 1 rows (``diag`` and ``spherical``) is on the diagonal features [x², x, 1] instead
+(:func:`~implicit_em.mixture._stats.is_diagonal`): two operations write them into the same buffers, in their own
+order, and both GEMMs shrink from (D+1)(D+2)/2 columns to 2D + 1 (2,145 against 129 at D = 64).
+
 Statistics are summed in the compute dtype within a chunk (one GEMM of at most 4096 rows) and in float64 across
 chunks, as before. The result equals ``summarize``'s to round-off: tests/test_mixture_fused.py.
 """
@@ -38,9 +42,16 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from implicit_em.mixture._stats import Summary, _unpack, log_normalize, weighted_sum
+from implicit_em.mixture._stats import Summary, _unpack, is_diagonal, log_normalize, weighted_sum
 
-__all__ = ["SUB_CHUNK", "BatchSummarizer", "circulant_order", "fused_pass_loglik", "fused_pass_summary"]
+__all__ = [
+    "SUB_CHUNK",
+    "BatchSummarizer",
+    "circulant_order",
+    "feature_order",
+    "fused_pass_loglik",
+    "fused_pass_summary",
+]
 
 #: rows per fused chunk: φ (B, P) is 2.4 MB in float32 at D = 16, within L2 and L3 with the GEMMs' operands
 SUB_CHUNK = 4096
@@ -68,6 +79,14 @@ def _circulant_order_cpu(n_features: int) -> Tensor:
 def circulant_order(n_features: int, device: torch.device | None = None) -> Tensor:
     """Index (P,): column c of the circulant features is column ``order[c]`` of ``quadratic_features``."""
     return _circulant_order_cpu(n_features).to(device)
+
+
+def feature_order(n_features: int, n_params: int, device: torch.device | None = None) -> Tensor:
+    """The workspace's column order for a score matrix of ``n_params`` rows: circulant for the quadratic features,
+    their own for the diagonal ones."""
+    if is_diagonal(n_params, n_features):
+        return torch.arange(n_params, device=device)
+    return circulant_order(n_features, device)
 
 
 Linear = Callable[[Tensor, Tensor], Tensor]  #: (x, w) -> x wᵀ
@@ -107,13 +126,24 @@ def _linear_for(dtype: torch.dtype, device: torch.device) -> Linear | None:
 
 class _Workspace:
     """Buffers of one pass, allocated once and viewed as contiguous (·, B) blocks for any B ≤ ``rows``:
-    x̃ twice (2(D+1), B), φᵀ (P, B), log p (K, B), Rφ (K, P)."""
+    x̃ twice (2(D+1), B), φᵀ (P, B), log p (K, B), Rφ (K, P). ``diagonal``: φ is the diagonal features
+    (P = 2D + 1, written straight into φᵀ)."""
 
-    def __init__(self, rows: int, n_features: int, n_components: int, dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self,
+        rows: int,
+        n_features: int,
+        n_components: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        diagonal: bool = False,
+    ):
         m = n_features + 1
-        self.m, self.full, self.p, self.k = m, (m + 1) // 2, m * (m + 1) // 2, n_components
+        self.diagonal = diagonal
+        self.m, self.full, self.k = m, (m + 1) // 2, n_components
+        self.p = 2 * n_features + 1 if diagonal else m * (m + 1) // 2
         self.rows = rows
-        self._xt = torch.empty(2 * m * rows, dtype=dtype, device=device)
+        self._xt = torch.empty(0 if diagonal else 2 * m * rows, dtype=dtype, device=device)
         self._phi = torch.empty(self.p * rows, dtype=dtype, device=device)
         self._logp = torch.empty(n_components * rows, dtype=dtype, device=device)
         self.stats = torch.empty(n_components, self.p, dtype=dtype, device=device)
@@ -123,6 +153,8 @@ class _Workspace:
     def features(self, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"]) -> Float[Tensor, "p b"]:
         """φ(x − shift)ᵀ in circulant order, (P, B), in the workspace (valid until the next call)."""
         b, d = x.shape
+        if self.diagonal:
+            return self._diagonal_features(x, shift)
         m, full = self.m, self.full
         xt = self._xt[: 2 * m * b].view(2 * m, b)
         if self._rows != b:
@@ -134,6 +166,17 @@ class _Workspace:
         torch.mul(xt[None, :m], window, out=phi_t[: full * m].view(full, m, b))
         if m % 2 == 0:  # the last half-offset
             torch.mul(xt[: m // 2], xt[m // 2 : m], out=phi_t[full * m :])
+        return phi_t
+
+    def _diagonal_features(self, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"]) -> Float[Tensor, "p b"]:
+        """φ_d(x − shift)ᵀ = [x̃², x̃, 1] (2D + 1, B) in the workspace: one subtraction, one product."""
+        b, d = x.shape
+        phi_t = self._phi[: self.p * b].view(self.p, b)
+        if self._rows != b:
+            phi_t[-1] = 1
+            self._rows = b
+        torch.sub(x.T, shift[:, None], out=phi_t[d : 2 * d])
+        torch.mul(phi_t[d : 2 * d], phi_t[d : 2 * d], out=phi_t[:d])
         return phi_t
 
     def scores(self, phi_t: Float[Tensor, "p b"], a_t: Float[Tensor, "k p"]) -> Float[Tensor, "k b"]:
@@ -181,7 +224,7 @@ class _Workspace:
 
 
 def _summary(s: Float[Tensor, "k p"], loglik: Tensor, n: float, order: Tensor, n_features: int) -> Summary:
-    """The :class:`~implicit_em.mixture._stats.Summary` of float64 sums in the circulant order."""
+    """The :class:`~implicit_em.mixture._stats.Summary` of float64 sums in the workspace's ``order``."""
     s_std = torch.empty_like(s)
     s_std[:, order] = s  # back to quadratic_features' column order
     nk, sx, sxx = _unpack(s_std, n_features)
@@ -195,8 +238,16 @@ class BatchSummarizer:
     threads run the operations), as gd's step (``_gd_fast.FastStep.statistics``)."""
 
     def __init__(self, rows: int, n_features: int, n_components: int, dtype: torch.dtype, device: torch.device):
-        self.ws = _Workspace(max(1, min(rows, SUB_CHUNK)), n_features, n_components, dtype, device)
-        self.order, self.n_features = circulant_order(n_features, device), n_features
+        self._shape = (max(1, min(rows, SUB_CHUNK)), n_features, n_components, dtype, device)
+        self._ws: dict[int, tuple[_Workspace, Tensor]] = {}  # per score-matrix rows: its workspace and order
+        self.n_features = n_features
+
+    def _workspace(self, n_params: int) -> tuple[_Workspace, Tensor]:
+        if n_params not in self._ws:
+            rows, d, k, dtype, device = self._shape
+            ws = _Workspace(rows, d, k, dtype, device, diagonal=is_diagonal(n_params, d))
+            self._ws[n_params] = ws, feature_order(d, n_params, device)
+        return self._ws[n_params]
 
     def __call__(
         self,
@@ -207,12 +258,13 @@ class BatchSummarizer:
     ) -> Summary:
         """The summed statistics (float64) of the rows of x (each counted ``weights`` times) under the score
         matrix a (P, K), compute dtype."""
-        a_t = a[self.order].T.contiguous()  # (K, P): columns in circulant order
+        ws, order = self._workspace(a.shape[0])
+        a_t = a[order].T.contiguous()  # (K, P): columns in the workspace's order
         s = torch.zeros(a_t.shape, dtype=torch.float64, device=a.device)
         loglik = torch.zeros((), dtype=torch.float64, device=a.device)
-        self.ws.add(x.to(a.dtype), a_t, shift.to(a.dtype), s, loglik, weights)
+        ws.add(x.to(a.dtype), a_t, shift.to(a.dtype), s, loglik, weights)
         n = float(x.shape[0]) if weights is None else float(weights.double().sum())
-        return _summary(s, loglik, n, self.order, self.n_features)
+        return _summary(s, loglik, n, order, self.n_features)
 
 
 class _Sums:
@@ -221,7 +273,7 @@ class _Sums:
     def __init__(self, rows: int, a_t: Tensor, n_features: int, statistics: bool = True) -> None:
         k, p = a_t.shape
         self.a_t = a_t
-        self.ws = _Workspace(rows, n_features, k, a_t.dtype, a_t.device)
+        self.ws = _Workspace(rows, n_features, k, a_t.dtype, a_t.device, diagonal=is_diagonal(p, n_features))
         self.s = torch.zeros(k, p, dtype=torch.float64, device=a_t.device) if statistics else None
         self.loglik = torch.zeros((), dtype=torch.float64, device=a_t.device)
         self.n = 0.0  # rows, or their summed weights
@@ -306,8 +358,8 @@ def _pass(
     if first is None:
         return None
     d = (first[0] if isinstance(first, tuple) else first).shape[1]
-    order = circulant_order(d, a.device)
-    a_t, shift_c = a[order].T.contiguous(), shift.to(a.dtype)  # (K, P): columns in circulant order
+    order = feature_order(d, a.shape[0], a.device)
+    a_t, shift_c = a[order].T.contiguous(), shift.to(a.dtype)  # (K, P): columns in the workspace's order
     if workers is None:
         workers = torch.get_num_threads() if a.device.type == "cpu" else 1
     sums = [_Sums(rows, a_t, d, statistics) for _ in range(workers)]

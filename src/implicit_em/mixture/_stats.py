@@ -11,6 +11,11 @@ S = Rᵀφ (K, P) on the same features: their columns are N_j = Σ_i r_ij, Σ_i 
 Σ_i r_ij x_i x_iᵀ. Data are shifted by a fixed vector (their mean) before φ so that float32 keeps its digits;
 the statistics are accumulated in float64.
 
+``diag`` and ``spherical`` need no cross products: their score matrix and statistics use the *diagonal* features
+φ_d(x) = [x², x, 1] ∈ R^{2D+1} (:func:`diagonal_features_t`), whose statistics hold the diagonal of Σ r x xᵀ only
+(all their M-step reads). Which features a score matrix is for is read from its rows (:func:`is_diagonal`): 2D + 1
+rows are the diagonal features (at D = 1 the two layouts are the same three columns in the same order).
+
 Parameters are kept in scikit-learn's shapes: weights (K,), means (K, D), covariances and precisions_cholesky
 (K, D, D) full, (D, D) tied, (K, D) diag, (K,) spherical (paper §3.4; W_j = precisions_cholesky_[j]ᵀ). The shapes
 and the conversions between covariances, precisions and their Cholesky factors are :mod:`implicit_em.gaussian`.
@@ -82,22 +87,58 @@ def quadratic_features_t(x: Float[Tensor, "n d"]) -> Float[Tensor, "p n"]:
     return out
 
 
+def diagonal_features_t(x: Float[Tensor, "n d"]) -> Float[Tensor, "p n"]:
+    """φ_d(x)ᵀ, shape (2D + 1, N): rows x_a² (a < D), x, 1 (the features of ``diag`` and ``spherical``)."""
+    n, d = x.shape
+    out = torch.empty(2 * d + 1, n, dtype=x.dtype, device=x.device)
+    out[d : 2 * d] = x.T
+    torch.mul(out[d : 2 * d], out[d : 2 * d], out=out[:d])
+    out[-1] = 1
+    return out
+
+
+def is_diagonal(n_params: int, n_features: int) -> bool:
+    """Whether a score matrix or statistics of ``n_params`` columns is on the diagonal features (2D + 1 of them;
+    at D = 1 the layouts coincide and the quadratic one is named)."""
+    return n_features > 1 and n_params == 2 * n_features + 1
+
+
+def features_t(x: Float[Tensor, "n d"], n_params: int) -> Float[Tensor, "p n"]:
+    """The features a score matrix of ``n_params`` rows is for: diagonal or quadratic (:func:`is_diagonal`)."""
+    if is_diagonal(n_params, x.shape[1]):
+        return diagonal_features_t(x)
+    return quadratic_features_t(x)
+
+
 def quadratic_features(x: Float[Tensor, "n d"]) -> Float[Tensor, "n p"]:
     """φ(x) = [x_a x_b (a ≤ b), x, 1], shape (N, P) (a transposed view of :func:`quadratic_features_t`)."""
     return quadratic_features_t(x).T
 
 
 def score_matrix(params: MixtureParams, covariance_type: str, shift: Float[Tensor, " d"]) -> Float[Tensor, "p k"]:
-    r"""A (P, K) with φ(x - shift)ᵀ A_{:,j} = log π_j + log N(x; μ_j, Σ_j).
+    r"""A (P, K) with φ(x - shift)ᵀ A_{:,j} = log π_j + log N(x; μ_j, Σ_j): on the quadratic features for ``full``
+    and ``tied``, on the diagonal ones (P = 2D + 1) for ``diag`` and ``spherical``.
 
     With m = μ - shift: log N = -½ xᵀΛx + xᵀΛm - ½ mᵀΛm + log|det W| - (D/2) log 2π.
     """
     weights, means, _, prec_chol = (t.double() for t in params)  # built in float64, cast by the caller
     k, d = means.shape
-    lam = gaussian.full_precisions(prec_chol, covariance_type, k, d)  # (K, D, D)
     log_det = gaussian.log_det(prec_chol, covariance_type, d, triangular=True)
     offsets = torch.log(weights) + log_det - 0.5 * d * math.log(2 * math.pi)
+    if covariance_type in ("diag", "spherical") and d > 1:
+        lam = prec_chol**2 if covariance_type == "diag" else (prec_chol**2)[:, None].expand(k, d)  # (K, D)
+        return diagonal_score_matrix(lam, means - shift.double(), offsets)
+    lam = gaussian.full_precisions(prec_chol, covariance_type, k, d)  # (K, D, D)
     return quadratic_score_matrix(lam, means - shift.double(), offsets)
+
+
+def diagonal_score_matrix(
+    precisions: Float[Tensor, "k d"], means: Float[Tensor, "k d"], offsets: Float[Tensor, " k"]
+) -> Float[Tensor, "p k"]:
+    r"""A (2D + 1, K) with φ_d(x)ᵀ A_{:,j} = offsets_j - ½ Σ_a λ_ja (x_a - m_ja)², for diagonal precisions λ (K, D)."""
+    lin = precisions * means  # (K, D)
+    const = offsets - 0.5 * (lin * means).sum(-1)
+    return torch.cat([-0.5 * precisions, lin, const[:, None]], dim=1).T.contiguous()  # (2D + 1, K)
 
 
 def quadratic_score_matrix(
@@ -120,14 +161,17 @@ def weighted_log_prob(
     x: Float[Tensor, "n d"], a: Float[Tensor, "p k"], shift: Float[Tensor, " d"]
 ) -> Float[Tensor, "n k"]:
     """log π_j + log N(x_i; μ_j, Σ_j), shape (N, K), in the dtype of ``a`` (cast x and shift to it)."""
-    return (a.T @ quadratic_features_t(x.to(a.dtype) - shift.to(a.dtype))).T
+    return (a.T @ features_t(x.to(a.dtype) - shift.to(a.dtype), a.shape[0])).T
 
 
 def _unpack(
     s: Float[Tensor, "k p"], n_features: int
 ) -> tuple[Float[Tensor, " k"], Float[Tensor, "k d"], Float[Tensor, "k d d"]]:
-    """Split Rᵀφ (K, P) into nk (K,), Σ r x (K, D), Σ r x xᵀ (K, D, D)."""
+    """Split Rᵀφ (K, P) into nk (K,), Σ r x (K, D), Σ r x xᵀ (K, D, D) (on the diagonal features: its diagonal, the
+    rest zero)."""
     k = s.shape[0]
+    if is_diagonal(s.shape[1], n_features):
+        return s[:, -1], s[:, n_features : 2 * n_features], torch.diag_embed(s[:, :n_features])
     rows, cols = _triu(n_features, s.device)
     q = rows.numel()
     sxx = torch.zeros(k, n_features, n_features, dtype=s.dtype, device=s.device)
@@ -163,7 +207,7 @@ def summarize(
     """E-step and statistics for a chunk: returns (Summary in float64, log p(x_i) per row (N,)).
 
     ``weights`` (N,): each row's responsibilities and log-likelihood count that many times (n = Σ w)."""
-    phi_t = quadratic_features_t(x.to(a.dtype) - shift.to(a.dtype))  # (P, N)
+    phi_t = features_t(x.to(a.dtype) - shift.to(a.dtype), a.shape[0])  # (P, N)
     resp, log_norm = log_normalize(a.T @ phi_t)  # (K, N), (N,)
     if weights is None:
         nk, sx, sxx = _unpack((resp @ phi_t.T).double(), x.shape[1])
