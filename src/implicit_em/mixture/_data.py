@@ -268,21 +268,24 @@ class DataSource:
             rows = torch.from_numpy(np.ascontiguousarray(part))
         return rows.to(device=self.device, dtype=self.dtype)
 
-    def _group_sample(self, max_rows: int, rng: np.random.RandomState) -> Tensor:
+    def _group_sample(self, max_rows: int, rng: np.random.RandomState) -> tuple[Tensor, Tensor | None]:
         """The sample :meth:`sample` draws from the concatenated shards, on every process (collective; every
         process's ``rng`` in the same state): the global indices are drawn as the single process draws them,
-        each process reads those in its row range, and the rows are gathered in rank order (= global order)."""
+        each process reads those in its row range, and the rows (and their weights, for weighted data) are
+        gathered in rank order (= global order)."""
         assert self.layout is not None
         offset, total = self.layout
         n = int(self.n_samples or 0)
         d = int(self.n_features or 0)
         if self.kind != "iterable":
             if total <= max_rows:
-                local = self._chunk(0, n, check=True)
+                local, mine = self._chunk(0, n, check=True), np.arange(n)
             else:
                 idx = np.sort(rng.choice(total, size=max_rows, replace=False))
-                local = self._rows(idx[(idx >= offset) & (idx < offset + n)] - offset)
-            return _distributed.all_gather_rows(local)
+                mine = idx[(idx >= offset) & (idx < offset + n)] - offset
+                local = self._rows(mine)
+            w = None if self.weights is None else self.weights[torch.from_numpy(mine).to(self.weights.device)]
+            return _distributed.all_gather_rows(local), None if w is None else _distributed.all_gather_rows(w)
         key_rng = np.random.RandomState(int(rng.get_state()[1][0]))  # type: ignore[index]
         for start in range(0, offset, 1 << 20):  # the keys of the rows before this shard, drawn and dropped
             key_rng.uniform(size=min(1 << 20, offset - start))
@@ -295,7 +298,7 @@ class DataSource:
         keep, keys, where = (_distributed.all_gather_rows(t) for t in (keep, keys, where))
         order = torch.argsort(keys)[:max_rows]
         keep, where = keep[order], where[order]
-        return keep[torch.argsort(where)]
+        return keep[torch.argsort(where)], None  # a stream carries no weights
 
     def sample(self, max_rows: int, rng: np.random.RandomState) -> Tensor:
         """All rows if N ≤ max_rows, else a uniform random subset of max_rows rows (one pass for iterables).
@@ -307,9 +310,7 @@ class DataSource:
     def weighted_sample(self, max_rows: int, rng: np.random.RandomState) -> tuple[Tensor, Tensor | None]:
         """:meth:`sample` and the weights of its rows (None when the data are unweighted)."""
         if self.layout is not None:
-            if self.weights is not None:
-                raise ValueError("sample_weight is not supported in a torch.distributed process group yet")
-            return self._group_sample(max_rows, rng), None
+            return self._group_sample(max_rows, rng)
         if self.kind != "iterable" and int(self.n_samples or 0) <= max_rows:
             return self._chunk(0, int(self.n_samples or 0), check=True), self.weights
         if self.kind != "iterable":

@@ -281,8 +281,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             path = _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
             settings = FitSettings.from_params(self.get_params(deep=False))
             fitter = REGISTRY[settings.fitter]
-            if sample_weight is not None and group:
-                raise ValueError("sample_weight is not supported in a torch.distributed process group yet")
+            if sample_weight is not None and group and settings.fitter != "em":
+                raise ValueError(
+                    f'sample_weight in a torch.distributed process group runs with fitter="em" only, not '
+                    f'"{settings.fitter}" (or fit the weighted rows in one process)'
+                )
             data = self._source(X, reset=True, sample_weight=sample_weight)
         except (ValueError, TypeError) as error:
             if not group:
@@ -432,7 +435,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         if need_resp:
             x, w = data.weighted_sample(_INIT_SAMPLE, rng)
             if group:  # rank 0 starts from the global sample, as the single process would; every process gets it
-                params = self._sample_params(x, k, rng, shift, data.dtype) if _distributed.rank() == 0 else None
+                params = self._sample_params(x, k, rng, shift, data.dtype, w) if _distributed.rank() == 0 else None
                 params = _distributed.broadcast_params(params or _zero_params(k, d, self.covariance_type, x))
                 _distributed.sync_rng(rng, data.device, into=True)  # k-means drew from rank 0's generator only
             else:
