@@ -224,6 +224,9 @@ class DataSource:
             for x in self.step_batches(batch_size, generator):
                 yield x, None
             return
+        if self.layout is not None:  # the global batches' rows on this process, with their weights
+            yield from self._group_weighted_batches(batch_size, generator)
+            return
         n, w = int(self.n_samples or 0), self.weights
         starts = torch.arange(0, n, batch_size)
         if self.kind == "tensor":
@@ -257,6 +260,21 @@ class DataSource:
             p = perm[s : s + batch_size]
             mine = p[(p >= offset) & (p < offset + n)] - offset
             yield self._rows(mine.numpy()) if mine.numel() else empty
+
+    def _group_weighted_batches(
+        self, batch_size: int, generator: torch.Generator
+    ) -> Iterator[tuple[Tensor, Tensor | None]]:
+        """:meth:`_group_batches` of weighted rows (in memory: a stream carries no weights), each batch with its
+        rows' weights: the same permutation of the global rows, so unit weights give the unweighted steps."""
+        assert self.layout is not None and self.weights is not None
+        offset, total = self.layout
+        n, w = int(self.n_samples or 0), self.weights
+        perm = torch.randperm(total, generator=generator)
+        for s in range(0, total, batch_size):
+            p = perm[s : s + batch_size]
+            mine = (p[(p >= offset) & (p < offset + n)] - offset).numpy()
+            rows = self._rows(mine) if mine.size else torch.zeros(0, self.n_features or 0, dtype=self.dtype)
+            yield rows.to(self.device), w[torch.from_numpy(mine).to(w.device)]
 
     def _rows(self, idx: np.ndarray) -> Tensor:
         """The rows at local indices ``idx`` (an array, tensor or memmap), in that order, checked if a memmap."""

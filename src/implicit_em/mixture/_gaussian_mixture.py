@@ -281,11 +281,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             path = _checkpoint.check_options(self.checkpoint, self.checkpoint_every)
             settings = FitSettings.from_params(self.get_params(deep=False))
             fitter = REGISTRY[settings.fitter]
-            if sample_weight is not None and group and settings.fitter != "em":
-                raise ValueError(
-                    f'sample_weight in a torch.distributed process group runs with fitter="em" only, not '
-                    f'"{settings.fitter}" (or fit the weighted rows in one process)'
-                )
             data = self._source(X, reset=True, sample_weight=sample_weight)
         except (ValueError, TypeError) as error:
             if not group:

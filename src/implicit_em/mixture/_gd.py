@@ -215,7 +215,9 @@ def group_gd_step(
     volume: bool,
     reg_covar: float = 0.0,
     fast: FastStep | None = None,
-) -> tuple[float, int] | None:
+    weights: Tensor | None = None,
+    mean_weight: float = 1.0,
+) -> tuple[float, float] | None:
     r"""One data-parallel optimiser step in a process group: x is this process's part of the global batch
     (possibly empty). The gradient of the summed NLL with respect to the score matrix A, −φRᵀ (the E-step
     statistics, :func:`accumulate_gradient`), is summed over the processes by one all-reduce, with the rows, the
@@ -224,10 +226,14 @@ def group_gd_step(
     gradient of the global batch's mean NLL (the map from A's gradient to the parameters' is linear), so every
     process takes the same step. Returns the global batch's summed objective (original coordinates) and rows,
     or None when the global batch is empty (every process's stream is exhausted: the epoch is over). With
-    ``fast`` (float32) the statistics and the backward are :class:`FastStep`'s."""
+    ``fast`` (float32) the statistics and the backward are :class:`FastStep`'s.
+
+    ``weights`` (B,), this process's rows' weights: the step follows Σ w log p over the global batch divided by
+    its rows times ``mean_weight`` (the mean weight of every row of every process), as :func:`gd_step` does in
+    one process, and the objective returned is Σ w log p with Σ w (a global batch of zero weights: no step)."""
     a: Tensor | None = None
     if fast is not None:
-        stat, loglik = fast.statistics(x, fast.score_matrix_t(volume))  # (K, P) circulant, float64
+        stat, loglik = fast.statistics(x, fast.score_matrix_t(volume), weights)  # (K, P) circulant, float64
     else:
         x_std = _standardise(x, shift, scale)
         state.optimizer.zero_grad(set_to_none=True)
@@ -235,29 +241,35 @@ def group_gd_step(
         with torch.no_grad():
             phi_t = quadratic_features_t(x_std.to(a.dtype))  # (P, B)
             resp, log_norm = log_normalize(a.detach().T @ phi_t)  # (K, B), (B,)
+            if weights is not None:
+                resp = resp * weights.to(resp.dtype)
             stat = (phi_t @ resp.T).double()  # (P, K)
-            loglik = log_norm.double().sum()
+            loglik = log_norm.double().sum() if weights is None else weighted_sum(log_norm, weights)
     with torch.no_grad():
-        tail = [float(x.shape[0]), float(loglik), float(_interrupt.requested())]
+        mass = float(x.shape[0]) if weights is None else float(weights.double().sum())
+        tail = [mass, float(x.shape[0]), float(loglik), float(_interrupt.requested())]
         tail_t = torch.tensor(tail, dtype=torch.float64, device=stat.device)
         flat = _distributed.all_reduce_sum(torch.cat([stat.reshape(-1), tail_t]))
     if flat[-1] > 0:
         _interrupt.clear()
         raise KeyboardInterrupt
-    rows = int(flat[-3])
+    total, rows = float(flat[-4]), int(flat[-3])
     if rows == 0:
         return None
+    if total == 0:  # every row of the global batch removed: no step
+        return 0.0, 0.0
+    scale_rows = rows if weights is None else rows * mean_weight
     # the same parameters on every process: the same penalty gradient (the fast step adds it to dW)
     if fast is not None:
-        fast.set_gradient(flat[: stat.numel()].reshape(stat.shape), rows, volume, reg_covar)
+        fast.set_gradient(flat[: stat.numel()].reshape(stat.shape), scale_rows, volume, reg_covar)
     else:
         assert a is not None
-        a.backward(flat[: stat.numel()].reshape(stat.shape).to(a.dtype).mul_(-1.0 / rows))
+        a.backward(flat[: stat.numel()].reshape(stat.shape).to(a.dtype).mul_(-1.0 / scale_rows))
         if reg_covar > 0 and volume:
             _reg_covar_backward(state, scale, reg_covar)
     state.optimizer.step()
     jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
-    return float(flat[-2]) - rows * jacobian, rows
+    return float(flat[-2]) - total * jacobian, total
 
 
 @torch.no_grad()
@@ -344,7 +356,7 @@ def fit_gd(
     mean = pos.prev
     in_group = data.layout is not None  # a process group: data-parallel steps on the global mini-batches
     passes = epoch_passes(data, batch_size, min_steps)
-    mean_weight = float(data.weights.double().mean()) if data.weights is not None else None
+    mean_weight = _mean_weight(data)
     fast = None
     if uses_fast_step(data.dtype):
         fast = FastStep(state.components, state.logits, shift, coords, batch_size, data.dtype)
@@ -363,7 +375,7 @@ def fit_gd(
                 for x, w in _epoch_batches(data, batch_size, generator, pos, passes):
                     step: tuple[float, float] | None
                     if in_group:
-                        step = group_gd_step(state, x, shift, coords, volume, reg_covar, fast)
+                        step = group_gd_step(state, x, shift, coords, volume, reg_covar, fast, w, mean_weight or 1.0)
                         if step is None:
                             break
                     elif w is None:
@@ -472,6 +484,16 @@ def _scale_rows(prec_chol: Tensor, scale: Scale, covariance_type: str, inverse: 
         return torch.linalg.solve_triangular(s.T, prec_chol, upper=True) if inverse else s.T @ prec_chol
     s = 1.0 / s if inverse else s
     return prec_chol * (s[:, None] if covariance_type in ("full", "tied") else s)  # U (.., D, D) or diag (.., D)
+
+
+def _mean_weight(data: DataSource) -> float | None:
+    """The mean weight of every row (of every process's shard in a process group), or None: unweighted."""
+    if data.weights is None:
+        return None
+    if data.layout is None:
+        return float(data.weights.double().mean())
+    total = _distributed.all_reduce_sum(data.weights.double().sum().reshape(1))
+    return float(total[0]) / max(data.layout[1], 1)
 
 
 def feature_scale(data: DataSource, shift: Float[Tensor, " d"], scale: float, covariance_type: str) -> Scale:

@@ -102,16 +102,19 @@ def group_online_step(
     shift: Float[Tensor, " d"],
     compute_dtype: torch.dtype,
     summarizer: Summarizer | None = None,
-) -> tuple[OnlineState, MixtureParams, float, int] | None:
+    weights: Float[Tensor, " b"] | None = None,
+) -> tuple[OnlineState, MixtureParams, float, float] | None:
     """One global step in a process group: x is this process's part of the global batch (possibly empty), the
     statistics of every part are summed by one all-reduce (which also carries a pending interrupt: every
     process then raises ``KeyboardInterrupt`` here, before the step), and every process takes the same step.
-    Returns the new state, the new parameters, the global batch's summed log-likelihood and rows, or None when
-    the global batch is empty (the streams of every process are exhausted: the epoch is over)."""
+    Returns the new state, the new parameters, the global batch's summed log-likelihood and rows (Σ w for
+    weighted rows), or None when the global batch is empty (the streams of every process are exhausted: the
+    epoch is over). Weighted rows (in memory, so the epoch ends with its batches): a global batch whose weights
+    are all zero takes no step and returns the state and parameters unchanged."""
     k, d = params.means.shape
     if x.shape[0] > 0:
         a = score_matrix(params, covariance_type, shift).to(compute_dtype)
-        batch = (summarizer or Summarizer.for_batch(x, a))(x, a, shift)
+        batch = (summarizer or Summarizer.for_batch(x, a))(x, a, shift, weights)
     else:
         batch = _distributed.zero_summary(k, d, params.means.device)
     batch, stop = _distributed.all_reduce_pass(batch, _interrupt.requested())
@@ -119,9 +122,9 @@ def group_online_step(
         _interrupt.clear()
         raise KeyboardInterrupt
     if float(batch.n) == 0:
-        return None
+        return None if weights is None else (state, params, 0.0, 0.0)
     state, new = _update(state, batch, params, covariance_type, reg_covar, shift)
-    return state, new, float(batch.loglik), int(batch.n)
+    return state, new, float(batch.loglik), float(batch.n)
 
 
 def fit_online_em(
@@ -174,7 +177,7 @@ def fit_online_em(
                     _interrupt.check()
                 t0 = time.perf_counter()
                 for x, w in weighted_epoch_batches(data, batch_size, generator, pos):
-                    if w is not None and not bool((w > 0).any()):  # a batch of removed rows: no step
+                    if not in_group and w is not None and not bool((w > 0).any()):  # removed rows: no step
                         pos.advance(0.0, 0.0)
                         continue
                     if in_group:
@@ -187,6 +190,7 @@ def fit_online_em(
                             shift=shift,
                             compute_dtype=data.dtype,
                             summarizer=summarizer,
+                            weights=w,
                         )
                         if step is None:
                             break
