@@ -93,10 +93,14 @@ def _audit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 143 if str(err).startswith("SIGTERM") else 130
     except (ValueError, TypeError, OSError) as err:  # a corrupt results.json, an --out that is a file or read-only
         return _fail(parser.prog, err)
+    from implicit_em.audit.summaries import closing_table, committed_full_records
+
     exps = state["experiments"]
-    print(f"\nclaims audit ({state['size']}, seed {state['seed']}), {len(exps)} experiments:")
-    for e in exps.values():
-        print(f"  {e['verdict']:<10}{e['name']:<24}{e['summary']}")
+    full = committed_full_records() if state["size"] != "full" else None
+    print(f"\nclaims audit ({state['size']}, seed {state['seed']}), {len(exps)} experiments (summaries: the report)")
+    if state["size"] != "full":
+        print(f"  {'this run':<10}{'':<24}{'full size, seed 0':<22}(the committed record; * its code differs)")
+    print("\n".join(closing_table(state, full)))
     print(f"\nreport: {Path(args.out) / 'report.html'}")
     return 1 if any(e["verdict"] == "ERROR" for e in exps.values()) else 0
 

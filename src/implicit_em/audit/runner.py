@@ -57,6 +57,7 @@ from implicit_em._runio import write_text_atomic as _write_atomic
 from implicit_em.audit import provenance as _provenance
 from implicit_em.audit.core import Context, Experiment, Result, torch_threads
 from implicit_em.audit.metrics import info as metric_info
+from implicit_em.audit.summaries import finished_line
 from implicit_em.report._results import ResultsError, read_results
 
 __all__ = ["RunFolderError", "available_cpus", "default_out", "run_audit", "select"]
@@ -483,7 +484,7 @@ def _serial(
         if record is not None:
             state["experiments"][exp.name] = record
             _write_atomic(path, json.dumps(state, indent=1))
-            shown.write(f"    {record['verdict']} in {record['seconds']:.1f} s: {record['summary']}")
+            shown.write("    " + finished_line(exp.name, record))
         shown.advance()
     running.clear()
 
@@ -598,7 +599,7 @@ def _save(
     state["experiments"][task.exp.name] = record
     state["experiments"] = _in_order(state["experiments"], order)
     _write_atomic(path, json.dumps(state, indent=1))
-    shown.write(f"    {task.exp.name}: {record['verdict']} in {record['seconds']:.1f} s: {record['summary']}")
+    shown.write("    " + finished_line(task.exp.name, record))
     shown.advance()
     return broken
 
