@@ -16,6 +16,7 @@ from typing import Any
 
 from _report_cases import run_folder
 from implicit_em.report import render, write_report
+from implicit_em.report._committed import committed_full_records
 
 
 class _Page(HTMLParser):
@@ -80,9 +81,16 @@ def test_the_contents_link_every_experiment_with_its_verdict_and_criteria_met(tm
     ids = {a["id"] for _, a in page.elements if "id" in a}
     links = [a["href"] for t, a in page.elements if t == "a" and a.get("href", "").startswith("#exp-")]
     assert links == ["#exp-theorem1", "#exp-open_set"] and {h[1:] for h in links} <= ids
-    toc = [r for r in page.rows if len(r) == 8 and r[0] in ("1", "2")]
-    assert [(r[2], r[3]) for r in toc] == [("SUPPORTED", "1 / 1"), ("REFUTED", "1 / 2")]
-    assert [tuple(r[4:7]) for r in toc] == [("1", "0", "0"), ("2", "0", "0")]  # tests, gates, identities
+    toc = [r for r in page.rows if len(r) == 9 and r[0] in ("1", "2")]
+    assert [(r[2], r[4]) for r in toc] == [("SUPPORTED", "1 / 1"), ("REFUTED", "1 / 2")]
+    assert [tuple(r[5:8]) for r in toc] == [("1", "0", "0"), ("2", "0", "0")]  # tests, gates, identities
+    # beside this run's verdict, the committed full-size record (a clone holds docs/audit-full-results.json): its
+    # verdict and commit, * where its code hash is not this run's (these fake records have none)
+    full = committed_full_records()
+    assert full is not None
+    for r, name in zip(toc, ("theorem1", "open_set"), strict=True):
+        ref = full["experiments"][name]
+        assert r[3] == f"{ref['verdict']}* @{ref['commit'][:7]}"
 
 
 def test_each_criterion_reads_measured_comparison_threshold_and_a_mark(tmp_path: Path) -> None:
@@ -178,9 +186,9 @@ def test_an_undecided_verdict_names_its_failed_gate_and_identities_are_not_count
     ]
     page = _parse(render(res, tmp_path / "run"))
     text = "".join(page.text)
-    toc = [r for r in page.rows if len(r) == 8 and r[0] == "2"]
-    assert [(r[2], r[3]) for r in toc] == [("UNDECIDED", "1 / 2")]  # the identity is not a check
-    assert tuple(toc[0][4:7]) == ("1", "1", "1")  # but it is counted as an identity
+    toc = [r for r in page.rows if len(r) == 9 and r[0] == "2"]
+    assert [(r[2], r[4]) for r in toc] == [("UNDECIDED", "1 / 2")]  # the identity is not a check
+    assert tuple(toc[0][5:8]) == ("1", "1", "1")  # but it is counted as an identity
     assert "Undecided: the gate “arm A tracks” did not hold" in text
     assert ["gate arm A tracks", "0.3", "≤", "0.1", "✗"] in page.rows
     assert ["Σ r = 1", "1e-17", "≤", "1e-12", "✓"] in page.rows

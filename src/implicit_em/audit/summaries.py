@@ -6,16 +6,13 @@ line per claim under :data:`WIDTH` characters: the verdict, the wall time and th
 (:func:`deciding`).
 """
 
-import json
-from pathlib import Path
 from typing import Any
+
+from implicit_em.report._committed import committed_full_records
 
 __all__ = ["WIDTH", "closing_table", "committed_full_records", "deciding", "finished_line"]
 
 WIDTH = 120  #: the longest line printed per claim
-
-#: the committed full-size records, where a clone of the repository has them (not in an installed wheel)
-FULL_RECORDS = Path(__file__).resolve().parents[3] / "docs" / "audit-full-results.json"
 
 
 def _short(text: str, width: int) -> str:
@@ -47,14 +44,6 @@ def deciding(record: dict[str, Any]) -> str:
 def finished_line(name: str, record: dict[str, Any]) -> str:
     """``name: VERDICT in 12 s; <what decides>``, at most :data:`WIDTH` characters."""
     return _short(f"{name}: {record['verdict']} in {record['seconds']:.0f} s; {deciding(record)}", WIDTH)
-
-
-def committed_full_records(path: Path = FULL_RECORDS) -> dict[str, Any] | None:
-    """The committed full-size records, or None where this installation has no such file."""
-    try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return None
 
 
 def closing_table(state: dict[str, Any], full: dict[str, Any] | None) -> list[str]:

@@ -32,6 +32,7 @@ from urllib.parse import quote
 import jinja2
 
 from implicit_em._runio import write_text_atomic
+from implicit_em.report._committed import committed_full_records
 from implicit_em.report._labels import criterion_label, figure_caption, metric_label
 from implicit_em.report._math import tex_to_html
 from implicit_em.report._results import VERDICTS, check_results, read_results
@@ -189,7 +190,19 @@ def _claim_page(run_dir: Path, name: str) -> tuple[str, str]:
     return page, ""
 
 
-def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+def _full_size(e: dict[str, Any], results: dict[str, Any], full: dict[str, Any] | None) -> str:
+    """The committed full-size record's verdict and commit for a run of another size (``*``: its code hash is not
+    this run's), or a dash."""
+    ref = (full or {}).get("experiments", {}).get(e.get("name"))
+    if results.get("size") == "full" or ref is None:
+        return "—"
+    changed = "*" if ref.get("code_hash") != e.get("code_hash") else ""
+    return f"{ref.get('verdict')}{changed} @{str(ref.get('commit') or '')[:7]}"
+
+
+def _experiment(
+    e: dict[str, Any], results: dict[str, Any], run_dir: Path, full: dict[str, Any] | None = None
+) -> dict[str, Any]:
     every = _criteria(e.get("criteria", []), e.get("metric_info"))
     criteria = [c for c in every if c["role"] != "identity"]  # what the verdict reads: tests and gates
     return {
@@ -201,6 +214,7 @@ def _experiment(e: dict[str, Any], results: dict[str, Any], run_dir: Path) -> di
         "claim": e.get("claim", ""),
         "summary": e.get("summary", ""),
         "seconds": float(e.get("seconds", 0.0)),
+        "full_size": _full_size(e, results, full),
         "criteria": criteria,
         "identities": [c for c in every if c["role"] == "identity"],
         "passed": sum(c["passed"] for c in criteria),
@@ -238,7 +252,8 @@ def render(results: dict[str, Any], run_dir: Path) -> str:
     """
     results = check_results(results, "results")
     run_dir = Path(run_dir)
-    exps = [_experiment(e, results, run_dir) for e in results.get("experiments", {}).values()]
+    full = committed_full_records() if results.get("size") != "full" else None
+    exps = [_experiment(e, results, run_dir, full) for e in results.get("experiments", {}).values()]
     counts = [(v, sum(e["verdict"] == v for e in exps)) for v in VERDICTS]
     registry = results.get("registry")
     missing = [n for n in registry if n not in results.get("experiments", {})] if isinstance(registry, list) else []
@@ -251,6 +266,7 @@ def render(results: dict[str, Any], run_dir: Path) -> str:
             missing=missing,
             n_registry=len(registry) if isinstance(registry, list) else len(exps),
             counts=[(v, n) for v, n in counts if n],
+            full_commit=str((full or {}).get("provenance", {}).get("commit") or "")[:7],
             environment=[(k, _fmt(v)) for k, v in results.get("environment", {}).items()],
         )
     )
