@@ -130,6 +130,16 @@ def test_dominance_and_dead_components_fire_when_one_component_captures_the_data
     assert dead is not None and dead.step == 2 and dead.components == (1, 2)
 
 
+def test_a_dead_component_that_recovers_is_no_longer_named_and_a_finding_is_dated() -> None:
+    dead, back = torch.tensor([0.999, 0.001]), torch.tensor([0.68, 0.32])
+    assert dead_components(torch.stack([dead] * 4 + [back] * 3), patience=3) is None  # it holds 32% now
+    found = dead_components(torch.stack([back] * 2 + [dead] * 5), steps=range(10, 17), patience=3)
+    assert found is not None and found.components == (1,) and found.step == 14  # under the floor from step 12
+    assert "for the last 5 steps (flagged at step 14)" in found.message and found.value == pytest.approx(0.001)
+    again = dead_components(torch.stack([dead] * 4 + [back] + [dead] * 3), patience=3)
+    assert again is not None and again.step == 7  # the run that counts is the one through the last row
+
+
 def test_dominance_and_dead_components_stay_silent_on_a_healthy_run() -> None:
     history = _train(_clusters(), CENTRES, volume=True, steps=10)
     assert dominance(_stacked(history["usage"])) is None

@@ -70,7 +70,10 @@ def dead_components(
     floor: float | None = None,
     patience: int = 3,
 ) -> Finding | None:
-    """Fires when some component's usage share stays under ``floor`` (default 0.01/K) for ``patience`` rows."""
+    """Fires when some component's usage share has stayed under ``floor`` (default 0.01/K) for the last
+    ``patience`` rows or more: the components dead *now*. A component that died and came back is not named (the
+    finding is withdrawn once it recovers); ``step`` is the step at which the earliest of the named components had
+    been under the floor for ``patience`` rows, ``value`` the largest of their shares at the last row."""
     _check_positive("patience", patience)
     h, labels = _history(usage, steps)
     share = h / h.sum(dim=1, keepdim=True)
@@ -78,17 +81,20 @@ def dead_components(
     run = torch.zeros(h.shape[1], dtype=torch.long)
     for t in range(h.shape[0]):
         run = torch.where(share[t] < floor, run + 1, torch.zeros_like(run))
-        dead = (run >= patience).nonzero().flatten()
-        if len(dead):
-            return Finding(
-                "dead_components",
-                labels[t],
-                tuple(int(j) for j in dead),
-                float(share[t, dead].max()),
-                floor,
-                f"components {[int(j) for j in dead]} under {floor:.3g} of the mass for {patience} steps",
-            )
-    return None
+    dead = (run >= patience).nonzero().flatten()
+    if not len(dead):
+        return None
+    last = h.shape[0] - 1
+    since = last - int(run[dead].max()) + patience  # the row at which the longest-dead one reached patience
+    return Finding(
+        "dead_components",
+        labels[since],
+        tuple(int(j) for j in dead),
+        float(share[last, dead].max()),
+        floor,
+        f"components {[int(j) for j in dead]} under {floor:.3g} of the mass for the last {int(run[dead].max())} "
+        f"steps (flagged at step {labels[since]})",
+    )
 
 
 def metric_collapse(
