@@ -53,6 +53,7 @@ PUBLIC_MODULES = [
     "implicit_em.audit.runner",
     "implicit_em.audit.seeds",
     "implicit_em.audit.stats",
+    "implicit_em.audit.summaries",
     "implicit_em.audit.testbeds",
     "implicit_em.audit.testbeds.ablation",
     "implicit_em.audit.testbeds.ablation_arms",
