@@ -6,17 +6,12 @@ classical expectation-maximization" (§5.3: "attention patterns stabilize early 
 Companion notes §B: the "EM-like" arm is "the same gradients with lr 0.1 on W_V only" against "SGD lr 0.01 on all
 parameters for 1000 steps", reported to reach SGD's final loss "≈2.3× sooner (5 seeds)".
 
-Method (:mod:`implicit_em.audit.testbeds.two_timescale`). Two deciding settings, the bijection wind tunnel and the
-shared sticky testbed, and two reported ones: the companion's one-head sticky head (it cannot represent the filter)
-and the companion's literal protocol (:mod:`implicit_em.audit.testbeds.two_timescale_companion`: one sequence of
-the default chain, full-batch SGD, x2/x5/x10 per group, τ at 50/75/90%, its own reading of "2.3x"; no-context is
-within about 0.001 bits of Bayes there, so no baseline can be asked to track: it enters neither the rule nor a gate).
-Two protocols: the companion's SGD (constant rate, reported) and a matched Adam (warm-up, cosine decay to 0), which
-decides. Per seed one stack of runs: the baseline, its data-order twin (same initialisation, the other data
-stream), its half-budget twin, and one arm per weight group (W_V, W_O, W_Q/W_K) and multiplier (that group's rate
-times the multiplier). Every trajectory is read from an exponential average of the weights; τ of A (attention
-weights) and V (value vectors) on a held-out probe batch is the time to 90% of the total displacement, censored at
-or after the schedule's drift step (90% of the summed learning rate spent).
+Method (:mod:`implicit_em.audit.testbeds.two_timescale`). Deciding: the bijection wind tunnel and the shared sticky
+testbed under a matched Adam (warm-up, cosine to 0); reported: the companion's SGD, its one-head sticky head and its
+literal protocol (:mod:`~implicit_em.audit.testbeds.two_timescale_companion`; no-context is all but Bayes there).
+Per seed one stack: the baseline, its data-order and half-budget twins, one arm per weight group (W_V, W_O,
+W_Q/W_K) and multiplier. τ of A (attention weights) and V (value vectors), read from an exponential average of the
+weights on a held-out probe, is the time to 90% of the total displacement, censored at the schedule's drift step.
 
 Rule (thresholds in ``Config.rule``): a seed supports the ordering if τ_A <= ``ratio`` τ_V in both data orders
 (:func:`~implicit_em.audit.testbeds.two_timescale.ordering`); a setting's ordering holds if >= ``frac_seeds`` of
@@ -79,8 +74,7 @@ class Chain:
 
 @dataclass(frozen=True)
 class Testbed:
-    """The shared sticky testbed (:class:`~implicit_em.windtunnel.sticky.StickyTestbed`), its recipe from this
-    claim's sticky pilot (the page): 1 layer, batch 128, 4,000 Adam steps at the testbed's rate and schedule."""
+    """The shared sticky testbed (``StickyTestbed``); its recipe is this claim's sticky pilot's (the page)."""
 
     stay: float = 0.9
     d_model: int = 32
@@ -141,11 +135,9 @@ class Config:
 
     @classmethod
     def quick(cls) -> "Config":
-        """A smoke size, UNDECIDED by construction: neither deciding half can track (quick seeds 0-4: every one
-        UNDECIDED). 2 seeds, x10 only; the sticky testbed 40 of its 4,000 Adam steps (KL 0.57-0.69 of the
-        no-context KL), the bijection's Adam 400 of 2,400 (0.07-0.45), every SGD run and the one-head head's Adam
-        200, the companion's literal setting T = 200 for 200 steps. The same gates as the full size; it shows the
-        code path (40-55 s a seed)."""
+        """A smoke size, UNDECIDED by construction (neither deciding half can track): 2 seeds, x10 only, the sticky
+        testbed 40 of its 4,000 Adam steps, the bijection's Adam 400 of 2,400, SGD and the one-head head 200, the
+        companion T = 200 for 200 steps; the same gates as the full size (40-55 s a seed)."""
         return cls(n_seeds=2, wind_tunnel=Bijection(probe=128, adam_steps=400, sgd_steps=200, multipliers=(10.0,)),
                    chain=Chain(probe=32), testbed=Testbed(adam_steps=40, sgd_steps=40),
                    one_head=OneHead(adam_steps=200, sgd_steps=200), companion=ttc.Companion.quick())  # fmt: skip
@@ -167,10 +159,9 @@ def protocol(cfg: Config, name: str, setting: str) -> tt.Protocol:
 
 
 def _streams(cfg: Config) -> dict[str, Any]:
-    """Every random stream of one run, derived from its seed by name (so ``--seed 0`` and ``--seed 1`` share none):
-    per inner seed i its models' initialisation and its two data streams (order a, order b); the held-out probes;
-    the chain's means (one stream: both sticky settings draw the same means, as the testbed's chain and the
-    one-head head's differ only in their stay probability); the planted controls'."""
+    """Every random stream of one run, derived from its seed by name (``--seed 0`` and ``--seed 1`` share none):
+    per inner seed its models' initialisation and two data streams; the probes; the chain's means (one, shared by
+    both sticky settings); the planted controls'."""
     n = range(cfg.n_seeds)
     return {
         "models": [seeds.derive(cfg.seed, "init", i) for i in n],
@@ -281,9 +272,7 @@ def _read(m: Measured, key: str, setting: tt.Setting, proto: tt.Protocol, traine
 
 def _trained(ctx: Context, cfg: Config, name: str, setting: tt.Setting, p: tt.Protocol,
              streams: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-    """:func:`~implicit_em.audit.testbeds.two_timescale.train_setting` of one setting under one protocol, cached in
-    the run folder (an interrupted run resumes at the next setting), keyed by everything it reads: the run's seed
-    and seeds, the setting's sizes, the protocol, the reading intervals and this module's code."""
+    """``tt.train_setting`` of one setting and protocol, cached in the run folder (keyed by all it reads)."""
     key = {"setting": name, "arm": dataclasses.asdict(_arm(cfg, name)), "chain": dataclasses.asdict(cfg.chain),
            "protocol": dataclasses.asdict(p), "seed": cfg.seed, "n_seeds": cfg.n_seeds, "snap_every": cfg.snap_every,
            "loss_every": cfg.loss_every, "ema_steps": cfg.ema_steps,
