@@ -8,7 +8,7 @@ line per claim under :data:`WIDTH` characters: the verdict, the wall time and th
 
 from typing import Any
 
-from implicit_em.report._committed import committed_full_records
+from implicit_em.report._committed import committed_full_records, full_size_cell
 
 __all__ = ["WIDTH", "closing_table", "committed_full_records", "deciding", "finished_line"]
 
@@ -59,7 +59,6 @@ def closing_table(state: dict[str, Any], full: dict[str, Any] | None) -> list[st
         elif ref is None:
             other = "no record" if full is not None else "not in this install"
         else:
-            changed = "*" if ref.get("code_hash") != rec.get("code_hash") else ""
-            other = f"{ref['verdict']}{changed} @{str(ref.get('commit') or '')[:7]}"
+            other = full_size_cell(rec, ref)
         rows.append(_short(f"  {rec['verdict']:<10}{name:<24}{other:<22}{rec.get('title', '')}", WIDTH))
     return rows

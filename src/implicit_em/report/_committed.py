@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FULL_RECORDS", "committed_full_records"]
+__all__ = ["FULL_RECORDS", "committed_full_records", "full_size_cell"]
 
 FULL_RECORDS = Path(__file__).resolve().parents[3] / "docs" / "audit-full-results.json"
 
@@ -16,3 +16,10 @@ def committed_full_records(path: Path = FULL_RECORDS) -> dict[str, Any] | None:
         return dict(json.loads(path.read_text()))
     except (OSError, ValueError):
         return None
+
+
+def full_size_cell(record: dict[str, Any], ref: dict[str, Any]) -> str:
+    """The committed full-size record ``ref`` of ``record``'s claim, as "VERDICT @commit" (``*`` after the verdict
+    where ``ref``'s code hash is not ``record``'s)."""
+    changed = "*" if ref.get("code_hash") != record.get("code_hash") else ""
+    return f"{ref.get('verdict')}{changed} @{str(ref.get('commit') or '')[:7]}"

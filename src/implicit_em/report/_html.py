@@ -32,7 +32,7 @@ from urllib.parse import quote
 import jinja2
 
 from implicit_em._runio import write_text_atomic
-from implicit_em.report._committed import committed_full_records
+from implicit_em.report._committed import committed_full_records, full_size_cell
 from implicit_em.report._labels import criterion_label, figure_caption, metric_label
 from implicit_em.report._math import tex_to_html
 from implicit_em.report._results import VERDICTS, check_results, read_results
@@ -196,8 +196,7 @@ def _full_size(e: dict[str, Any], results: dict[str, Any], full: dict[str, Any] 
     ref = (full or {}).get("experiments", {}).get(e.get("name"))
     if results.get("size") == "full" or ref is None:
         return "—"
-    changed = "*" if ref.get("code_hash") != e.get("code_hash") else ""
-    return f"{ref.get('verdict')}{changed} @{str(ref.get('commit') or '')[:7]}"
+    return full_size_cell(e, ref)
 
 
 def _experiment(
