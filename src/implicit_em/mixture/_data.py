@@ -253,28 +253,30 @@ class DataSource:
                     yield x
             while True:
                 yield empty
+        for mine in self._group_indices(batch_size, generator):
+            yield self._rows(mine) if mine.size else empty
+
+    def _group_indices(self, batch_size: int, generator: torch.Generator) -> Iterator[np.ndarray]:
+        """In memory: per global batch (``torch.randperm`` of the global rows from the shared generator,
+        ``batch_size`` at a time) the local indices of this process's rows in it, in the permutation's order."""
+        assert self.layout is not None
         offset, total = self.layout
         n = int(self.n_samples or 0)
         perm = torch.randperm(total, generator=generator)
         for s in range(0, total, batch_size):
             p = perm[s : s + batch_size]
-            mine = p[(p >= offset) & (p < offset + n)] - offset
-            yield self._rows(mine.numpy()) if mine.numel() else empty
+            yield (p[(p >= offset) & (p < offset + n)] - offset).numpy()
 
     def _group_weighted_batches(
         self, batch_size: int, generator: torch.Generator
     ) -> Iterator[tuple[Tensor, Tensor | None]]:
         """:meth:`_group_batches` of weighted rows (in memory: a stream carries no weights), each batch with its
-        rows' weights: the same permutation of the global rows, so unit weights give the unweighted steps."""
-        assert self.layout is not None and self.weights is not None
-        offset, total = self.layout
-        n, w = int(self.n_samples or 0), self.weights
-        perm = torch.randperm(total, generator=generator)
-        for s in range(0, total, batch_size):
-            p = perm[s : s + batch_size]
-            mine = (p[(p >= offset) & (p < offset + n)] - offset).numpy()
-            rows = self._rows(mine) if mine.size else torch.zeros(0, self.n_features or 0, dtype=self.dtype)
-            yield rows.to(self.device), w[torch.from_numpy(mine).to(w.device)]
+        rows' weights: the same global batches, so unit weights give the unweighted steps."""
+        assert self.weights is not None
+        w = self.weights
+        empty = torch.zeros(0, int(self.n_features or 0), device=self.device, dtype=self.dtype)
+        for mine in self._group_indices(batch_size, generator):
+            yield (self._rows(mine) if mine.size else empty), w[torch.from_numpy(mine).to(w.device)]
 
     def _rows(self, idx: np.ndarray) -> Tensor:
         """The rows at local indices ``idx`` (an array, tensor or memmap), in that order, checked if a memmap."""
