@@ -14,6 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from torch.utils.data import DataLoader, TensorDataset
 
 from implicit_em import GaussianMixture, MixtureSelector
 from implicit_em.mixture._estep import pass_summary
@@ -191,10 +192,116 @@ def test_bad_weights_are_a_clear_error(weights: Any, message: str) -> None:
         GaussianMixture(2, random_state=0).fit(_data(), sample_weight=weights)
 
 
-def test_where_weights_are_not_supported_yet_is_a_clear_error() -> None:
+def test_one_weight_array_beside_a_stream_is_a_clear_error_naming_in_batches() -> None:
     x, w = _data(), np.ones(120)
-    with pytest.raises(ValueError, match="needs X in memory"):
+    with pytest.raises(ValueError, match=r'needs X in memory.*sample_weight="in_batches"'):
         GaussianMixture(2).fit([x[:60], x[60:]], sample_weight=w)
+    with pytest.raises(ValueError, match="X is in memory"):
+        GaussianMixture(2).fit(x, sample_weight="in_batches")
+
+
+# -- a stream whose batches carry their weights: sample_weight="in_batches" -------------------------------------
+
+
+def _weighted_stream(x: np.ndarray, w: np.ndarray, rows: int = 50) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(x[s : s + rows], w[s : s + rows]) for s in range(0, len(x), rows)]
+
+
+@pytest.mark.parametrize("covariance_type", COVARIANCE_TYPES)
+def test_a_stream_carrying_weights_is_the_weighted_array(covariance_type: str) -> None:
+    """EM on (x, w) batches equals EM on X with sample_weight, from the k-means start of both (1e-12)."""
+    x = _data()
+    w = np.random.default_rng(9).integers(0, 4, len(x)).astype(np.float64)
+    params = {"covariance_type": covariance_type, "random_state": 0, "tol": 1e-10, "max_iter": 50}
+    a = GaussianMixture(2, **params).fit(x, sample_weight=w)
+    b = GaussianMixture(2, **params).fit(_weighted_stream(x, w), sample_weight="in_batches")
+    _close(a, b, 1e-12)
+    assert b.score(_weighted_stream(x, w), sample_weight="in_batches") == pytest.approx(
+        a.score(x, sample_weight=w), abs=1e-12
+    )
+    assert b.bic(_weighted_stream(x, w, 7), sample_weight="in_batches") == pytest.approx(
+        a.bic(x, sample_weight=w), abs=1e-9
+    )
+
+
+def test_a_dataloader_over_x_and_w_is_the_weighted_array() -> None:
+    x = _data()
+    w = np.random.default_rng(10).integers(0, 3, len(x)).astype(np.float64)
+    loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(w)), batch_size=32)
+    a = GaussianMixture(2, random_state=0, tol=1e-10).fit(x, sample_weight=w)
+    b = GaussianMixture(2, random_state=0, tol=1e-10).fit(loader, sample_weight="in_batches")
+    _close(a, b, 1e-12)
+
+
+@pytest.mark.parametrize("fitter", ["online_em", "gd"])
+def test_unit_weights_in_a_stream_are_the_unweighted_stream(fitter: str) -> None:
+    """The stochastic fitters step on the stream's own batches: unit weights give the unweighted steps."""
+    x = _data(400)
+    start = _start(x, "full") | {"fitter": fitter, "max_iter": 15, "tol": 1e-6}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = GaussianMixture(2, **start).fit([x[s : s + 50] for s in range(0, 400, 50)])
+        b = GaussianMixture(2, **start).fit(_weighted_stream(x, np.ones(400)), sample_weight="in_batches")
+    _close(a, b, 1e-10)
+
+
+@pytest.mark.parametrize("fitter", ["em", "online_em", "gd"])
+def test_zero_weights_in_a_stream_keep_far_rows_out_planted_control(fitter: str) -> None:
+    """As for an array: thirty far rows take a component of the unweighted stream (the control), none at weight 0."""
+    x = np.concatenate([_data(), np.full((30, 3), 1e3) + np.random.default_rng(5).normal(size=(30, 3))])
+    order = np.random.default_rng(11).permutation(len(x))
+    x, w = x[order], np.r_[np.ones(120), np.zeros(30)][order]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        control = GaussianMixture(2, fitter=fitter, random_state=0, split_merge=0).fit(
+            [b for b, _ in _weighted_stream(x, w)]
+        )
+        weighted = GaussianMixture(2, fitter=fitter, random_state=0, split_merge=0).fit(
+            _weighted_stream(x, w), sample_weight="in_batches"
+        )
+    assert np.abs(control.means_).max() > 500
+    assert np.abs(weighted.means_).max() < 10
+
+
+def test_partial_fit_on_a_stream_carrying_weights_is_the_weighted_batch() -> None:
+    x = _data()
+    w = np.random.default_rng(12).integers(0, 3, len(x)).astype(np.float64)
+    start = _start(x, "full")
+    a = GaussianMixture(2, **start).partial_fit(x, sample_weight=w)
+    b = GaussianMixture(2, **start).partial_fit(_weighted_stream(x, w), sample_weight="in_batches")
+    np.testing.assert_allclose(a.means_, b.means_, rtol=0, atol=1e-12)
+    assert a.lower_bound_ == pytest.approx(b.lower_bound_, abs=1e-12)
+
+
+class _Reiterable:
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __iter__(self) -> Any:
+        return iter(self.items)
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ((np.ones((5, 3)),), "must be a pair"),
+        (np.ones((5, 3)), "must be a pair"),
+        ((np.ones((5, 3)), -np.ones(5)), "finite and non-negative, got -1 at row 100"),
+        ((np.ones((5, 3)), np.r_[np.nan, np.ones(4)]), "got nan at row 100"),
+        ((np.ones((5, 3)), np.ones(4)), r"shape \(5,\)"),
+        ((np.ones((5, 3)), np.ones((5, 1))), r"shape \(5,\)"),
+    ],
+)
+def test_bad_weights_in_a_stream_are_a_clear_error(batch: Any, message: str) -> None:
+    x = _data()
+    stream = _Reiterable([*_weighted_stream(x[:100], np.ones(100)), batch])  # a DataLoader's checks: per batch
+    with pytest.raises(ValueError, match=message):
+        GaussianMixture(2, random_state=0).fit(stream, sample_weight="in_batches")
+
+
+def test_a_stream_of_zero_weights_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="zero for every row"):
+        GaussianMixture(2).fit(_weighted_stream(_data(), np.zeros(120)), sample_weight="in_batches")
 
 
 def test_gd_partial_fit_steps_on_the_weighted_batch() -> None:

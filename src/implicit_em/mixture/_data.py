@@ -6,11 +6,15 @@ one contiguous block at a time so memory does not grow with N; an iterable (a li
 tensors, a ``torch.utils.data.DataLoader``, any re-iterable object) is iterated once per pass and must be
 re-iterable. A tensor that requires grad is read detached: nothing computed from it carries a graph.
 
+Row weights (``sample_weight``) are one array beside X in memory, or, for a stream, in its batches: with
+``sample_weight=IN_BATCHES`` every batch is a pair (x, w), as a DataLoader over ``TensorDataset(X, w)`` yields.
+
 Values are checked (``_validation.check_values``: no NaN or inf, N·max|X|² within the compute dtype) once for
 an in-memory array and per batch for memmaps and streams, before the cast to the compute dtype, by one reduction
 without a temporary copy of the data.
 """
 
+import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -23,6 +27,9 @@ from implicit_em.mixture import _distributed
 from implicit_em.mixture._validation import check_magnitude, check_real_dtype, check_sample_weight, check_values
 
 _MODEL_WIDTH = "the model expects"
+
+#: ``sample_weight`` for a stream whose batches carry their rows' weights: each batch is a pair (x (B, D), w (B,))
+IN_BATCHES = "in_batches"
 
 
 def _as_tensor(batch: Any) -> Tensor:
@@ -38,14 +45,15 @@ def _as_tensor(batch: Any) -> Tensor:
 
 
 def is_batch_list(x: Any) -> bool:
-    """Whether X is a list or tuple of 2-D arrays or tensors: a stream of batches, each (B, D).
+    """Whether X is a list or tuple of 2-D arrays or tensors, or of pairs (x, w) of them with their weights: a
+    stream of batches, each (B, D).
 
     Unambiguous: a list of rows (sklearn's array-like) has 1-D rows, and a list of 2-D arrays cannot be a
     2-D array. A list that mixes 2-D batches with anything else raises ValueError.
     """
     if not isinstance(x, list | tuple) or len(x) == 0:
         return False
-    two_d = [getattr(b, "ndim", None) == 2 and not issparse(b) for b in x]
+    two_d = [_batch_x(b) is not None for b in x]
     if all(two_d):
         return True
     if any(two_d):
@@ -56,12 +64,19 @@ def is_batch_list(x: Any) -> bool:
     return False
 
 
+def _batch_x(b: Any) -> Any:
+    """The x of a list's element that is a batch (a 2-D array or tensor, or a pair (x, w) led by one), or None."""
+    if isinstance(b, list | tuple) and len(b) == 2:
+        b = b[0]
+    return b if getattr(b, "ndim", None) == 2 and not issparse(b) else None
+
+
 def tensor_output(x: Any) -> bool:
     """Whether results for X are tensors: for a tensor and for a stream, except a list of numpy batches."""
     if isinstance(x, Tensor):
         return True
     if isinstance(x, list | tuple):
-        return is_batch_list(x) and any(isinstance(b, Tensor) for b in x)
+        return is_batch_list(x) and any(isinstance(_batch_x(b), Tensor) for b in x)
     return not isinstance(x, np.ndarray) and hasattr(x, "__iter__") and not hasattr(x, "__array__")
 
 
@@ -130,16 +145,38 @@ class DataSource:
             check_values("X", self._data, self.n_samples or 0, dtype)
             self._data = self._data.to(device=device, dtype=dtype)
             self._checked = True
-        #: one float64 weight per row (``sample_weight``), or None: every row counts once
+        #: one float64 weight per row (``sample_weight``) of X in memory, or None: every row counts once
         self.weights: Tensor | None = None
-        if sample_weight is not None:
+        #: whether the stream's batches are (x, w) pairs (``sample_weight=IN_BATCHES``)
+        self.stream_weighted = False
+        if isinstance(sample_weight, str) and sample_weight == IN_BATCHES:
+            if self.kind != "iterable":
+                raise ValueError(
+                    f'sample_weight="{IN_BATCHES}" reads the weights from a stream\'s batches, but X is in memory; '
+                    "pass its weights as one array of shape (N,)"
+                )
+            self.stream_weighted = True
+        elif sample_weight is not None:
             if self.kind == "iterable":
                 raise ValueError(
-                    "sample_weight needs X in memory (an array, a tensor or a memmap); for a stream of batches, "
-                    "fit on the rows with their weights as one array"
+                    "sample_weight as one array needs X in memory (an array, a tensor or a memmap); for a stream, "
+                    f'yield (x, w) batches (a DataLoader over TensorDataset(X, w)), sample_weight="{IN_BATCHES}"'
                 )
             w = check_sample_weight(sample_weight, self.n_samples)
             self.weights = torch.from_numpy(w).to(device)
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the rows carry weights (an array beside X, or in a stream's batches)."""
+        return self.weights is not None or self.stream_weighted
+
+    def weight_sum(self) -> float | None:
+        """Σ w over this process's rows (one pass for a weighted stream), or None for unweighted data."""
+        if self.weights is not None:
+            return float(self.weights.double().sum())
+        if not self.stream_weighted:
+            return None
+        return math.fsum(float(w.sum()) for _, w in self._stream() if w is not None)
 
     def _chunk(self, start: int, stop: int, check: bool = False) -> Tensor:
         part = self._data[start:stop]
@@ -159,19 +196,8 @@ class DataSource:
         used in their own order. ``check`` validates every batch (finite, right width).
         """
         if self.kind == "iterable":
-            seen, peak = 0, 0.0
-            for raw in self._data:
-                x = _as_tensor(raw)
-                if check:
-                    check_batch(x, self.n_features, self._expected)
-                if self.n_features is None:
-                    self.n_features, self._expected = int(x.shape[1]), "the first batch has"
-                seen += int(x.shape[0])
-                if check:  # the largest value so far against the rows so far: N·max|X|² as a whole array
-                    peak = max(peak, check_values("X", x, seen, self.dtype))
-                    check_magnitude("X", peak, seen, self.dtype)
-                yield x.to(device=self.device, dtype=self.dtype)
-            self.n_samples = seen
+            for x, _ in self._stream(check):
+                yield x
             return
         n = int(self.n_samples or 0)
         check = check and not self._checked
@@ -186,8 +212,43 @@ class DataSource:
         for s in starts.tolist():
             yield self._chunk(s, s + batch_size, check=check)
 
+    def _stream(self, check: bool = True) -> Iterator[tuple[Tensor, Tensor | None]]:
+        """One pass over a stream: its batches on the compute device, each with its rows' weights (float64, on
+        the device) when the batches carry them, else None; ``check`` validates every batch (finite, right width,
+        weights as :func:`check_sample_weight` asks of the whole pass). Counts the rows (``n_samples``)."""
+        seen, peak, mass = 0, 0.0, 0.0
+        for raw in self._data:
+            if self.stream_weighted:
+                if not isinstance(raw, list | tuple) or len(raw) != 2:
+                    raise ValueError(
+                        f'with sample_weight="{IN_BATCHES}" every batch must be a pair (x, w), got '
+                        f"{type(raw).__name__}" + (f" of length {len(raw)}" if isinstance(raw, list | tuple) else "")
+                    )
+                raw, raw_w = raw
+            x = _as_tensor(raw)
+            if check:
+                check_batch(x, self.n_features, self._expected)
+            if self.n_features is None:
+                self.n_features, self._expected = int(x.shape[1]), "the first batch has"
+            seen += int(x.shape[0])
+            if check:  # the largest value so far against the rows so far: N·max|X|² as a whole array
+                peak = max(peak, check_values("X", x, seen, self.dtype))
+                check_magnitude("X", peak, seen, self.dtype)
+            w = None
+            if self.stream_weighted:
+                w_np = _batch_weights(raw_w, int(x.shape[0]), seen - int(x.shape[0]))
+                mass += float(w_np.sum())
+                w = torch.from_numpy(w_np).to(self.device)
+            yield x.to(device=self.device, dtype=self.dtype), w
+        if self.stream_weighted and seen > 0 and mass == 0:
+            raise ValueError("sample_weight is zero for every row; at least one row must have a positive weight")
+        self.n_samples = seen
+
     def weighted_batches(self, batch_size: int) -> Iterator[Tensor | tuple[Tensor, Tensor]]:
         """:meth:`batches` in their order, each as (x, its rows' weights) when the data are weighted."""
+        if self.stream_weighted:
+            yield from self._stream()  # type: ignore[misc]  # every w is a tensor here
+            return
         if self.weights is None:
             yield from self.batches(batch_size)
             return
@@ -220,14 +281,24 @@ class DataSource:
     ) -> Iterator[tuple[Tensor, Tensor | None]]:
         """:meth:`step_batches` as (x, its rows' weights or None): the same draws from ``generator`` and the same
         batches, so unit weights give an unweighted fit's steps."""
-        if self.weights is None:
+        if not self.weighted:
             for x in self.step_batches(batch_size, generator):
                 yield x, None
+            return
+        if self.stream_weighted:  # its own order; in a process group then empty batches for ever
+            for x, w in self._stream():
+                if self.layout is None or x.shape[0] > 0:
+                    yield x, w
+            if self.layout is not None:
+                empty = torch.zeros(0, int(self.n_features or 0), device=self.device, dtype=self.dtype)
+                while True:
+                    yield empty, torch.zeros(0, dtype=torch.float64, device=self.device)
             return
         if self.layout is not None:  # the global batches' rows on this process, with their weights
             yield from self._group_weighted_batches(batch_size, generator)
             return
         n, w = int(self.n_samples or 0), self.weights
+        assert w is not None
         starts = torch.arange(0, n, batch_size)
         if self.kind == "tensor":
             perm = torch.randperm(n, generator=generator).to(self._data.device)
@@ -310,15 +381,19 @@ class DataSource:
         for start in range(0, offset, 1 << 20):  # the keys of the rows before this shard, drawn and dropped
             key_rng.uniform(size=min(1 << 20, offset - start))
         if n > 0:
-            keep, keys, where = self._stream_sample(max_rows, key_rng, offset)
+            keep, keys, where, kept_w = self._stream_sample(max_rows, key_rng, offset)
         else:
             keep = torch.zeros(0, d, device=self.device, dtype=self.dtype)
             keys = torch.zeros(0, dtype=torch.float64, device=self.device)
             where = torch.zeros(0, dtype=torch.int64, device=self.device)
+            kept_w = torch.zeros(0, dtype=torch.float64, device=self.device) if self.stream_weighted else None
         keep, keys, where = (_distributed.all_gather_rows(t) for t in (keep, keys, where))
         order = torch.argsort(keys)[:max_rows]
         keep, where = keep[order], where[order]
-        return keep[torch.argsort(where)], None  # a stream carries no weights
+        back = torch.argsort(where)
+        if kept_w is None:
+            return keep[back], None
+        return keep[back], _distributed.all_gather_rows(kept_w)[order][back]
 
     def sample(self, max_rows: int, rng: np.random.RandomState) -> Tensor:
         """All rows if N ≤ max_rows, else a uniform random subset of max_rows rows (one pass for iterables).
@@ -346,20 +421,22 @@ class DataSource:
         # keys from a generator seeded by rng's state without drawing from rng: a stream that fits in max_rows
         # then leaves rng exactly where an in-memory array leaves it, so the k-means start is the same
         key_rng = np.random.RandomState(int(rng.get_state()[1][0]))  # type: ignore[index]
-        keep, _, where = self._stream_sample(max_rows, key_rng, 0)
-        return keep[torch.argsort(where)], None  # in stream order: all rows, when N <= max_rows, as an array would be
+        keep, _, where, kept_w = self._stream_sample(max_rows, key_rng, 0)
+        back = torch.argsort(where)  # in stream order: all rows, when N <= max_rows, as an array would be
+        return keep[back], None if kept_w is None else kept_w[back]
 
     def _stream_sample(
         self, max_rows: int, key_rng: np.random.RandomState, offset: int
-    ) -> tuple[Tensor, Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """One pass over a stream: the ``max_rows`` rows with the smallest keys (uniform draws of ``key_rng``,
-        one per row in stream order), their keys and their positions (``offset`` plus the row's place in the
-        stream); the rows are not in stream order."""
+        one per row in stream order), their keys, their positions (``offset`` plus the row's place in the
+        stream) and their weights (None for an unweighted stream); the rows are not in stream order."""
         keep: Tensor | None = None
         keys: Tensor | None = None
         where: Tensor | None = None
+        kept_w: Tensor | None = None
         seen = 0
-        for x in self.batches(0):
+        for x, w in self._stream():
             k = torch.from_numpy(key_rng.uniform(size=x.shape[0])).to(x.device)
             pos = torch.arange(offset + seen, offset + seen + x.shape[0], device=x.device)
             seen += x.shape[0]
@@ -368,6 +445,26 @@ class DataSource:
             cand_pos = pos if where is None else torch.cat([where, pos])
             order = torch.argsort(cand_keys)[:max_rows]
             keep, keys, where = cand[order], cand_keys[order], cand_pos[order]
+            if w is not None:
+                kept_w = (w if kept_w is None else torch.cat([kept_w, w]))[order]
         if keep is None or keys is None or where is None:
             raise ValueError("the data iterable yielded no batches")
-        return keep, keys, where
+        return keep, keys, where, kept_w
+
+
+def _batch_weights(raw: Any, rows: int, first_row: int) -> np.ndarray:
+    """A stream batch's weights as float64 (B,): one finite, non-negative number per row of its x (the error
+    names the stream's row, counted from ``first_row``)."""
+    if isinstance(raw, Tensor):
+        raw = raw.detach().cpu().numpy()
+    try:
+        w = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"a batch's sample_weight must be numbers, got {type(raw).__name__}") from error
+    if w.ndim != 1 or w.shape[0] != rows:
+        raise ValueError(f"a batch's sample_weight must have shape ({rows},), one weight per row of x, got {w.shape}")
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"sample_weight must be finite and non-negative, got {w[i]:g} at row {first_row + i} of X")
+    return w

@@ -25,7 +25,7 @@ from torch import Tensor
 from implicit_em import gaussian
 from implicit_em.gaussian import COVARIANCE_TYPES
 from implicit_em.mixture import _checkpoint, _distributed, _interrupt, _starts, _stats, _validation
-from implicit_em.mixture._data import DataSource, is_batch_list, tensor_output
+from implicit_em.mixture._data import IN_BATCHES, DataSource, is_batch_list, tensor_output
 from implicit_em.mixture._em import FitResult
 from implicit_em.mixture._fitting import FITTERS, REGISTRY, History
 from implicit_em.mixture._init import INIT_PARAMS, initial_assignment
@@ -260,9 +260,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         draws differently on weighted and repeated rows); the start uses the weights too (k-means, k-means++
         and the M-step from the initial responsibilities; "random_from_data" draws rows in proportion to their
         weight). Every fitter: "online_em" averages each mini-batch step over Σ w, "gd" steps on Σ w log p / (B w̄),
-        w̄ the mean weight of all rows (an unbiased estimate of the weighted mean log-likelihood). In one process
-        only, not yet in a process group; split-and-merge proposes moves from an unweighted sample and accepts
-        them on the weighted likelihood.
+        w̄ the mean weight of all rows (an unbiased estimate of the weighted mean log-likelihood). In a process group
+        each process passes its own rows' weights. Split-and-merge proposes moves from an unweighted sample and
+        accepts them on the weighted likelihood. For a stream, ``sample_weight="in_batches"``: every batch is a pair
+        (x, w), as a DataLoader over ``TensorDataset(X, w)`` yields.
         """
         self._fit(X, sample_weight)
         return self
@@ -403,6 +404,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         identity = _checkpoint.fit_identity(self.get_params(deep=False), x, _is_batches(x), start)
         if data.weights is not None:  # another call's weights are another fit
             identity["sample_weight"] = _checkpoint.start_identity(data.weights.cpu().numpy())
+        elif data.stream_weighted:  # the stream's fingerprint covers its x; the weights come with each batch
+            identity["sample_weight"] = IN_BATCHES
         kind = _checkpoint.GroupCheckpoint if _distributed.active() else _checkpoint.Checkpoint  # a file per process
         return kind(path, int(self.checkpoint_every), identity, data.device)
 
@@ -519,7 +522,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         settings = FitSettings.from_params(self.get_params(deep=False))
         fitter = REGISTRY[settings.fitter]
         data = self._source(X, reset=first, sample_weight=sample_weight)
-        x = torch.cat(list(data.batches(1 << 30)))
+        parts = list(data.weighted_batches(1 << 30))
+        x = torch.cat([p[0] if isinstance(p, tuple) else p for p in parts])
+        weights = data.weights if not data.stream_weighted else torch.cat([p[1] for p in parts if isinstance(p, tuple)])
         if first:
             if x.shape[0] < self.n_components:
                 raise ValueError(
@@ -536,7 +541,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         state = getattr(self, fitter.state_attr, None)
         with _interrupt.deferred():  # the step (in place for "gd") and its bookkeeping complete, then a SIGINT
             state, new, loglik = fitter.partial_step(
-                state, x, params, settings, shift=self._shift, scale=self._scale, weights=data.weights
+                state, x, params, settings, shift=self._shift, scale=self._scale, weights=weights
             )
             setattr(self, fitter.state_attr, state)
             self._set_params(new, data.dtype)
@@ -590,27 +595,49 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         single = data.dtype == torch.float32 and np.asarray(self.means_).dtype == np.float32
         return out, tensor_output(X), torch.float32 if single else torch.float64
 
+    def _weighted_log_prob_in_batches(self, X: Any) -> tuple[Tensor, Tensor]:
+        """:meth:`_weighted_log_prob` of a stream of (x, w) batches, and its rows' weights (float64, (N,))."""
+        check_is_fitted(self)
+        data = self._source(X, reset=False, sample_weight=IN_BATCHES)
+        params = self._params(torch.float64 if data.dtype == torch.float64 else data.dtype, data.device)
+        shift = getattr(self, "_shift", torch.from_numpy(np.asarray(self.means_, dtype=np.float64).mean(0)))
+        a = _stats.score_matrix(params, self.covariance_type, shift.to(data.device))
+        logps, ws = [], []
+        for batch in data.weighted_batches(_CHUNK):
+            x, w = batch if isinstance(batch, tuple) else (batch, None)
+            logps.append(_stats.weighted_log_prob(x, a, shift.to(data.device)))
+            ws.append(w)
+        if not logps:
+            return torch.zeros(0, self.n_components, dtype=data.dtype), torch.zeros(0, dtype=torch.float64)
+        return torch.cat(logps), torch.cat([w for w in ws if w is not None])
+
     def score_samples(self, X: Any) -> Any:
         """log p(x) of every sample, (N,), in the parameters' dtype (float64 for float64 X)."""
         logp, as_tensor, dtype = self._weighted_log_prob(X)
         return _out(_stats.log_normalize(logp.T)[1].to(dtype), as_tensor)
 
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
-        """Mean log-likelihood per sample (weighted by ``sample_weight``, as in :meth:`fit`, when given)."""
+        """Mean log-likelihood per sample (weighted by ``sample_weight``, as in :meth:`fit`, when given; for a
+        stream of (x, w) batches ``sample_weight="in_batches"``)."""
         return self._mean_log_likelihood(X, sample_weight)[0]
 
     def _mean_log_likelihood(self, X: Any, sample_weight: Any = None) -> tuple[float, float]:
         """(mean log p(x), N) in one pass: X may be a stream, whose N is known only after it. With
         ``sample_weight``: the weighted mean and N = Σ w (the rows the weights stand for)."""
-        logp, _, _ = self._weighted_log_prob(X)
+        stream_weights = isinstance(sample_weight, str) and sample_weight == IN_BATCHES
+        logp, w = self._weighted_log_prob_in_batches(X) if stream_weights else (self._weighted_log_prob(X)[0], None)
         if logp.shape[0] == 0:
             raise ValueError("X holds no samples; the log-likelihood of no data is undefined")
         log_p = _stats.log_normalize(logp.T)[1].double()
         if sample_weight is None:
             return float(log_p.mean()), float(logp.shape[0])
-        if _is_batches(X):
-            raise ValueError("sample_weight needs X in memory (an array, a tensor or a memmap), not a stream")
-        w = torch.from_numpy(_validation.check_sample_weight(sample_weight, int(logp.shape[0]))).to(log_p.device)
+        if _is_batches(X) and not stream_weights:
+            raise ValueError(
+                "sample_weight as one array needs X in memory (an array, a tensor or a memmap); for a stream, "
+                f'yield (x, w) batches and pass sample_weight="{IN_BATCHES}"'
+            )
+        if w is None:
+            w = torch.from_numpy(_validation.check_sample_weight(sample_weight, int(logp.shape[0]))).to(log_p.device)
         total = float(w.sum())
         return float(_stats.weighted_sum(log_p, w)) / total, total
 

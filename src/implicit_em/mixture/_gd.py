@@ -488,11 +488,12 @@ def _scale_rows(prec_chol: Tensor, scale: Scale, covariance_type: str, inverse: 
 
 def _mean_weight(data: DataSource) -> float | None:
     """The mean weight of every row (of every process's shard in a process group), or None: unweighted."""
-    if data.weights is None:
+    mass = data.weight_sum()  # a weighted stream: one pass
+    if mass is None:
         return None
     if data.layout is None:
-        return float(data.weights.double().mean())
-    total = _distributed.all_reduce_sum(data.weights.double().sum().reshape(1))
+        return mass / max(int(data.n_samples or 0), 1)
+    total = _distributed.all_reduce_sum(torch.tensor([mass], dtype=torch.float64, device=data.device))
     return float(total[0]) / max(data.layout[1], 1)
 
 

@@ -109,8 +109,9 @@ def group_online_step(
     process then raises ``KeyboardInterrupt`` here, before the step), and every process takes the same step.
     Returns the new state, the new parameters, the global batch's summed log-likelihood and rows (Σ w for
     weighted rows), or None when the global batch is empty (the streams of every process are exhausted: the
-    epoch is over). Weighted rows (in memory, so the epoch ends with its batches): a global batch whose weights
-    are all zero takes no step and returns the state and parameters unchanged."""
+    epoch is over). Weighted rows: a global batch whose weights are all zero takes no step and returns the state
+    and parameters unchanged; whether it held rows at all (a weighted stream's end) is one more collective,
+    taken only then."""
     k, d = params.means.shape
     if x.shape[0] > 0:
         a = score_matrix(params, covariance_type, shift).to(compute_dtype)
@@ -121,8 +122,10 @@ def group_online_step(
     if stop:
         _interrupt.clear()
         raise KeyboardInterrupt
-    if float(batch.n) == 0:
-        return None if weights is None else (state, params, 0.0, 0.0)
+    if float(batch.n) == 0:  # no mass: the end of every stream, or weights all zero (every process is here)
+        if weights is None or not _distributed.any_stop(x.shape[0] > 0, params.means.device):
+            return None
+        return state, params, 0.0, 0.0
     state, new = _update(state, batch, params, covariance_type, reg_covar, shift)
     return state, new, float(batch.loglik), float(batch.n)
 
