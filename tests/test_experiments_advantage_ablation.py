@@ -759,3 +759,15 @@ def test_claim_is_the_reviews_falsifier_as_written() -> None:
             assert json.loads(review.read_text())["falsifier"] == aa.EXPERIMENT.claim
             return
     pytest.skip("no shared/paper/review-gradient-dynamics-of-attention.json beside this checkout")
+
+
+def test_a_task_on_one_seed_is_described_without_a_spread() -> None:
+    """One seed has no spread: its summary never says "± 0.0000"; two or more seeds give mean ± sd."""
+    from implicit_em.audit.testbeds.ablation_metrics import describe
+
+    m: dict[str, float] = {"init_kl": 1.0, "init_pc1": 0.1, "init_spearman_abs": 0.2, "no_context_kl": 2.0}
+    for a in ("A", "B", "C", "D"):
+        m |= {f"{a}_kl": 0.01, f"{a}_kl_sd": 0.0, f"{a}_over_A_kl": 1.0, f"{a}_pc1": 0.5, f"{a}_spearman_abs": 0.4}
+    one, five = describe("bijection", m, "between", 1), describe("bijection", m, "between", 5)
+    assert "±" not in one and "one seed" in one
+    assert five.count("±") == 5 and "A exact 0.0100 ± 0.0000" in five  # the heading's and each arm's

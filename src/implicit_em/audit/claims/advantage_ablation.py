@@ -381,12 +381,12 @@ def summary(cfg: Config, m: dict[str, Any], v: Verdict) -> str:
     deciding, r = cfg.deciding_tasks(), cfg.rule
     lines = ". ".join(
         describe(t if t in deciding else f"{t}, reported (not deciding at this size)", _task_metrics(m, t),
-                  m[f"outcome_{t}"])
+                  m[f"outcome_{t}"], cfg.n_seeds)
         for t in TASKS
     )  # fmt: skip
     lines += ". " + manifold_line(_task_metrics(m, "sticky"), m["outcome_sticky"])
     onehead_line = describe("one head, reported (cannot represent the filter)", _task_metrics(m, ONEHEAD),
-                             "not deciding")  # fmt: skip
+                             "not deciding", cfg.n_seeds)  # fmt: skip
     failed = [c.metric for t in deciding for c in _task_criteria(t, _task_metrics(m, t), cfg).values()
               if c.role == "gate" and not c.passed]  # fmt: skip
     on = "both tasks" if len(deciding) == 2 else f"the deciding task ({', '.join(deciding)})"

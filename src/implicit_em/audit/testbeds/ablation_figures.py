@@ -24,7 +24,7 @@ def _kl_panel(ax: Any, m: dict[str, Any], task: str, labels: dict[str, str], fra
     ax.axhline(fraction * m[f"{task}_no_context_kl"], color="k", ls=":", lw=1, label="tracking bar")
     ax.set_yscale("log")
     ax.set_xticks(range(1 + len(ARMS)), ["random init", *(labels[a] for a in ARMS)], fontsize=8)
-    ax.set(ylabel="held-out KL(Bayes ‖ model), bits", title=f"{TITLES[task]}: posterior error (dots: seeds)")
+    ax.set(ylabel="held-out KL(Bayes ‖ model), bits", title=f"{TITLES[task]}\nposterior error (dots: seeds)")
     ax.legend(fontsize=8)
 
 
@@ -34,7 +34,7 @@ def _signature_panel(ax: Any, m: dict[str, Any], task: str, labels: dict[str, st
         ax.plot(m[f"{task}_{name}_pc1_per_seed"], m[f"{task}_{name}_rho_per_seed"], "o", color=f"C{i}",
                 label="random init" if name == "init" else labels[name])  # fmt: skip
     ax.set(xlabel="PC1 share", ylabel="|Spearman ρ| of PC1 with the Bayes entropy", xlim=(0, 1), ylim=(0, 1),
-           title=f"{TITLES[task]}: value-manifold signature")  # fmt: skip
+           title=f"{TITLES[task]}\nvalue-manifold signature")  # fmt: skip
     ax.legend(fontsize=8)
 
 
@@ -46,7 +46,7 @@ def _curve_panel(ax: Any, m: dict[str, Any], task: str, labels: dict[str, str], 
                     label=labels[arm] if k == 0 else None)  # fmt: skip
     ax.axhline(fraction * m[f"{task}_no_context_kl"], color="k", ls=":", lw=1, label="tracking bar")
     ax.set_yscale("log")
-    ax.set(xlabel="fraction of training", ylabel="held-out KL, bits", title=f"{TITLES[task]}: training curves")
+    ax.set(xlabel="fraction of training", ylabel="held-out KL, bits", title=f"{TITLES[task]}\ntraining curves")
     ax.legend(fontsize=8)
 
 
@@ -66,7 +66,7 @@ def _manifold_panel(ax: Any, m: dict[str, Any], labels: dict[str, str]) -> None:
     ax.axhline(bar, color="k", alpha=0.4, lw=2, label=f"aligned ({bar:.3f})")
     ax.set(xlim=(0, 1.05), ylim=(0, 1.05), xlabel="context read-out: mean cos² to span(μ)",
            ylabel="value PCs (layer 1, pulled back): mean cos² to span(μ)",
-           title="sticky testbed: manifold read-out (sticky_manifold's)")  # fmt: skip
+           title="sticky testbed\nmanifold read-out (sticky_manifold's measures)")  # fmt: skip
     ax.legend(fontsize=7)
 
 
@@ -105,7 +105,7 @@ def _validation_panel(ax: Any, m: dict[str, Any], task: str, measures: dict[str,
     ax.axvline(1.0, color="k", ls=":", lw=1, label="tracking bar")
     ax.set_xscale("log")
     rho = ", ".join(f"{label} ρ {m[f'{task}_validation_{x}_rho']:.2f}" for x, (label, _) in measures.items())
-    ax.set(xlabel="held-out KL / tracking bar", ylabel="measure", title=f"{TITLES[task]}: measure against KL ({rho})")
+    ax.set(xlabel="held-out KL / tracking bar", ylabel="measure", title=f"{TITLES[task]}: measure against KL\n{rho}")
     ax.legend(fontsize=7)
 
 

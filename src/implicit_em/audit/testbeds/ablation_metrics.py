@@ -164,9 +164,12 @@ def _put_validity(m: Metrics, task: str, aligned: dict[str, float], learned_frac
               f"(aligned: >= {bar:.3g})")  # fmt: skip
 
 
-def describe(task: str, m: dict[str, Any], outcome: str) -> str:
+def describe(task: str, m: dict[str, Any], outcome: str, n_seeds: int) -> str:
+    """One task's numbers in words; a spread only where there are two seeds or more (one seed has none)."""
+    spread = n_seeds >= 2
     arms = "; ".join(
-        f"{LABELS[a]} {m[f'{a}_kl']:.4f} ± {m[f'{a}_kl_sd']:.4f}"
+        f"{LABELS[a]} {m[f'{a}_kl']:.4f}"
+        + (f" ± {m[f'{a}_kl_sd']:.4f}" if spread else "")
         + ("" if a == "A" else f" ({m[f'{a}_over_A_kl']:.2f}× A)")
         + f", PC1 {m[f'{a}_pc1']:.2f}, |ρ| {m[f'{a}_spearman_abs']:.2f}"
         for a in ARMS
@@ -178,7 +181,8 @@ def describe(task: str, m: dict[str, Any], outcome: str) -> str:
         else ""
     )
     return (
-        f"{task} [{outcome}]: KL in bits (mean ± sd over seeds) {arms}; random init KL {m['init_kl']:.3f}, PC1 "
+        f"{task} [{outcome}]: KL in bits ({'mean ± sd over seeds' if spread else 'one seed'}) {arms}; "
+        f"random init KL {m['init_kl']:.3f}, PC1 "
         f"{m['init_pc1']:.2f}, |ρ| {m['init_spearman_abs']:.2f}; no-context {m['no_context_kl']:.3f}{gates}"
     )
 
