@@ -80,3 +80,32 @@ def test_the_report_fits_a_phone_screen(browser: Any, tmp_path: Path) -> None:
     assert errors == []
     assert page.evaluate("document.documentElement.scrollWidth") <= 390  # wide tables and figures scroll in place
     page.screenshot(path=str(tmp_path / "report-390.png"), full_page=False)
+
+
+def test_the_contents_table_shows_the_full_size_records_and_links_each_claims_page(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The summary table: each claim's quick verdict beside its committed full-size record (verdict, ``*`` where the
+    code differs, commit); in a checkout, the claim's heading links its page, and the link opens a file."""
+    from implicit_em.report._committed import committed_full_records, full_size_cell
+
+    full = committed_full_records()
+    if full is None:
+        pytest.skip("this installation has no docs/audit-full-results.json")
+    checkout = tmp_path / "checkout"
+    (checkout / "docs" / "claims").mkdir(parents=True)
+    (checkout / "docs" / "claims" / "theorem1.md").write_text("# Theorem 1\n")
+    (checkout / "runs").mkdir()
+    report = write_report(run_folder(checkout / "runs"))
+    page, errors = _open(browser, report.as_uri(), 1280)
+    assert errors == []
+    headers = page.locator("nav table.toc thead th").all_inner_texts()
+    assert any("full size" in h for h in headers)
+    first = page.locator("nav table.toc tbody tr").nth(0)
+    theorem = results()["experiments"]["theorem1"]
+    assert first.locator("td.full-size").inner_text() == full_size_cell(theorem, full["experiments"]["theorem1"])
+    link = page.locator("section[data-experiment='theorem1'] a.claim-page")
+    assert link.count() == 1
+    target = (report.parent / link.get_attribute("href")).resolve()
+    assert target == (checkout / "docs" / "claims" / "theorem1.md").resolve() and target.is_file()
+    assert page.locator("section[data-experiment='open_set'] a.claim-page").count() == 0  # no page: its path only
