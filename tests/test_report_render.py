@@ -16,7 +16,7 @@ from typing import Any
 
 from _report_cases import run_folder
 from implicit_em.report import render, write_report
-from implicit_em.report._committed import committed_full_records
+from implicit_em.report._committed import committed_full_records, committed_seed_rows, seed_cell
 
 
 class _Page(HTMLParser):
@@ -81,9 +81,13 @@ def test_the_contents_link_every_experiment_with_its_verdict_and_criteria_met(tm
     ids = {a["id"] for _, a in page.elements if "id" in a}
     links = [a["href"] for t, a in page.elements if t == "a" and a.get("href", "").startswith("#exp-")]
     assert links == ["#exp-theorem1", "#exp-open_set"] and {h[1:] for h in links} <= ids
-    toc = [r for r in page.rows if len(r) == 9 and r[0] in ("1", "2")]
-    assert [(r[2], r[4]) for r in toc] == [("SUPPORTED", "1 / 1"), ("REFUTED", "1 / 2")]
-    assert [tuple(r[5:8]) for r in toc] == [("1", "0", "0"), ("2", "0", "0")]  # tests, gates, identities
+    toc = [r for r in page.rows if len(r) == 10 and r[0] in ("1", "2")]
+    assert [(r[2], r[5]) for r in toc] == [("SUPPORTED", "1 / 1"), ("REFUTED", "1 / 2")]
+    assert [tuple(r[6:9]) for r in toc] == [("1", "0", "0"), ("2", "0", "0")]  # tests, gates, identities
+    # and the committed seed table's row: the quick verdicts at seeds 0 to 4 and whether they agree
+    seeds = committed_seed_rows()
+    assert seeds is not None
+    assert [r[4] for r in toc] == [seed_cell(seeds["theorem1"]), seed_cell(seeds["open_set"])]
     # beside this run's verdict, the committed full-size record (a clone holds docs/audit-full-results.json): its
     # verdict and commit, * where its code hash is not this run's (these fake records have none)
     full = committed_full_records()
@@ -186,9 +190,9 @@ def test_an_undecided_verdict_names_its_failed_gate_and_identities_are_not_count
     ]
     page = _parse(render(res, tmp_path / "run"))
     text = "".join(page.text)
-    toc = [r for r in page.rows if len(r) == 9 and r[0] == "2"]
-    assert [(r[2], r[4]) for r in toc] == [("UNDECIDED", "1 / 2")]  # the identity is not a check
-    assert tuple(toc[0][5:8]) == ("1", "1", "1")  # but it is counted as an identity
+    toc = [r for r in page.rows if len(r) == 10 and r[0] == "2"]
+    assert [(r[2], r[5]) for r in toc] == [("UNDECIDED", "1 / 2")]  # the identity is not a check
+    assert tuple(toc[0][6:9]) == ("1", "1", "1")  # but it is counted as an identity
     assert "Undecided: the gate “arm A tracks” did not hold" in text
     assert ["gate arm A tracks", "0.3", "≤", "0.1", "✗"] in page.rows
     assert ["Σ r = 1", "1e-17", "≤", "1e-12", "✓"] in page.rows
@@ -211,3 +215,11 @@ def test_a_refuted_verdict_that_passed_every_check_explains_why(tmp_path: Path) 
     for c in res["experiments"]["open_set"]["criteria"]:
         c["passed"] = True
     assert note in render(res, tmp_path / "run")
+
+
+def test_a_seed_table_row_reads_in_one_cell() -> None:
+    stable = {"verdicts": dict.fromkeys("01234", "PARTIAL"), "stability": "stable"}
+    flips = {"verdicts": {"0": "PARTIAL", "1": "PARTIAL", "2": "PARTIAL", "3": "SUPPORTED", "4": "PARTIAL"},
+             "stability": "flips"}  # fmt: skip
+    assert seed_cell(stable) == "stable: PARTIAL ×5"
+    assert seed_cell(flips) == "flips: PARTIAL ×4, SUPPORTED (seed 3)"

@@ -1,13 +1,15 @@
-"""The committed full-size audit records (``docs/audit-full-results.json``), where this installation has them: a
-clone of the repository does, an installed wheel does not."""
+"""The committed audit records, where this installation has them (a clone of the repository does, an installed
+wheel does not): the full-size records (``docs/audit-full-results.json``) and the quick audit's seed table
+(``docs/audit-seed-table.json``: each claim's verdict at seeds 0 to 4 and whether they agree)."""
 
 import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FULL_RECORDS", "committed_full_records", "full_size_cell"]
+__all__ = ["FULL_RECORDS", "SEED_TABLE", "committed_full_records", "committed_seed_rows", "full_size_cell", "seed_cell"]
 
 FULL_RECORDS = Path(__file__).resolve().parents[3] / "docs" / "audit-full-results.json"
+SEED_TABLE = Path(__file__).resolve().parents[3] / "docs" / "audit-seed-table.json"
 
 
 def committed_full_records(path: Path = FULL_RECORDS) -> dict[str, Any] | None:
@@ -23,3 +25,28 @@ def full_size_cell(record: dict[str, Any], ref: dict[str, Any]) -> str:
     where ``ref``'s code hash is not ``record``'s)."""
     changed = "*" if ref.get("code_hash") != record.get("code_hash") else ""
     return f"{ref.get('verdict')}{changed} @{str(ref.get('commit') or '')[:7]}"
+
+
+def committed_seed_rows(path: Path = SEED_TABLE) -> dict[str, dict[str, Any]] | None:
+    """The seed table's rows by claim name (``verdicts`` by seed, ``stability``), or None where there is none."""
+    table = committed_full_records(path)
+    if table is None or not isinstance(table.get("rows"), list):
+        return None
+    return {str(row["name"]): row for row in table["rows"] if isinstance(row, dict) and "name" in row}
+
+
+_STABILITY = {"stable": "stable", "undecided": "undecided", "flips": "flips", "incomplete": "incomplete"}
+
+
+def seed_cell(row: dict[str, Any]) -> str:
+    """A seed-table row in one cell: "stable: PARTIAL ×5", or each verdict with its seeds where they differ
+    ("flips: PARTIAL ×4, SUPPORTED (seed 3)")."""
+    by_verdict: dict[str, list[str]] = {}
+    for seed, verdict in row.get("verdicts", {}).items():
+        by_verdict.setdefault(str(verdict), []).append(str(seed))
+    if len(by_verdict) == 1:
+        ((verdict, seeds),) = by_verdict.items()
+        return f"{_STABILITY.get(str(row.get('stability')), '?')}: {verdict} ×{len(seeds)}"
+    parts = sorted(by_verdict.items(), key=lambda kv: -len(kv[1]))
+    words = [f"{v} ×{len(s)}" if len(s) > 1 else f"{v} (seed {s[0]})" for v, s in parts]
+    return f"{_STABILITY.get(str(row.get('stability')), '?')}: {', '.join(words)}"

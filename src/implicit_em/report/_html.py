@@ -32,7 +32,7 @@ from urllib.parse import quote
 import jinja2
 
 from implicit_em._runio import write_text_atomic
-from implicit_em.report._committed import committed_full_records, full_size_cell
+from implicit_em.report._committed import committed_full_records, committed_seed_rows, full_size_cell, seed_cell
 from implicit_em.report._labels import criterion_label, figure_caption, metric_label
 from implicit_em.report._math import tex_to_html
 from implicit_em.report._results import VERDICTS, check_results, read_results
@@ -199,8 +199,18 @@ def _full_size(e: dict[str, Any], results: dict[str, Any], full: dict[str, Any] 
     return full_size_cell(e, ref)
 
 
+def _seeds(e: dict[str, Any], rows: dict[str, dict[str, Any]] | None) -> str:
+    """The committed seed table's cell for the claim (its quick verdicts at seeds 0 to 4), or a dash."""
+    row = (rows or {}).get(str(e.get("name")))
+    return seed_cell(row) if row is not None else "—"
+
+
 def _experiment(
-    e: dict[str, Any], results: dict[str, Any], run_dir: Path, full: dict[str, Any] | None = None
+    e: dict[str, Any],
+    results: dict[str, Any],
+    run_dir: Path,
+    full: dict[str, Any] | None = None,
+    seed_rows: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     every = _criteria(e.get("criteria", []), e.get("metric_info"))
     criteria = [c for c in every if c["role"] != "identity"]  # what the verdict reads: tests and gates
@@ -214,6 +224,7 @@ def _experiment(
         "summary": e.get("summary", ""),
         "seconds": float(e.get("seconds", 0.0)),
         "full_size": _full_size(e, results, full),
+        "seeds": _seeds(e, seed_rows),
         "criteria": criteria,
         "identities": [c for c in every if c["role"] == "identity"],
         "passed": sum(c["passed"] for c in criteria),
@@ -252,7 +263,8 @@ def render(results: dict[str, Any], run_dir: Path) -> str:
     results = check_results(results, "results")
     run_dir = Path(run_dir)
     full = committed_full_records() if results.get("size") != "full" else None
-    exps = [_experiment(e, results, run_dir, full) for e in results.get("experiments", {}).values()]
+    seed_rows = committed_seed_rows()
+    exps = [_experiment(e, results, run_dir, full, seed_rows) for e in results.get("experiments", {}).values()]
     counts = [(v, sum(e["verdict"] == v for e in exps)) for v in VERDICTS]
     registry = results.get("registry")
     missing = [n for n in registry if n not in results.get("experiments", {})] if isinstance(registry, list) else []
@@ -266,6 +278,7 @@ def render(results: dict[str, Any], run_dir: Path) -> str:
             n_registry=len(registry) if isinstance(registry, list) else len(exps),
             counts=[(v, n) for v, n in counts if n],
             full_commit=str((full or {}).get("provenance", {}).get("commit") or "")[:7],
+            seed_table=seed_rows is not None,
             environment=[(k, _fmt(v)) for k, v in results.get("environment", {}).items()],
         )
     )
