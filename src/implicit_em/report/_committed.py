@@ -12,12 +12,17 @@ FULL_RECORDS = Path(__file__).resolve().parents[3] / "docs" / "audit-full-result
 SEED_TABLE = Path(__file__).resolve().parents[3] / "docs" / "audit-seed-table.json"
 
 
-def committed_full_records(path: Path = FULL_RECORDS) -> dict[str, Any] | None:
-    """The committed full-size records, or None where this installation has no such file."""
+def _read(path: Path) -> dict[str, Any] | None:
+    """A committed JSON file, or None where this installation has no such file (or it is not JSON)."""
     try:
         return dict(json.loads(path.read_text()))
     except (OSError, ValueError):
         return None
+
+
+def committed_full_records(path: Path = FULL_RECORDS) -> dict[str, Any] | None:
+    """The committed full-size records, or None where this installation has no such file."""
+    return _read(path)
 
 
 def full_size_cell(record: dict[str, Any], ref: dict[str, Any]) -> str:
@@ -29,24 +34,18 @@ def full_size_cell(record: dict[str, Any], ref: dict[str, Any]) -> str:
 
 def committed_seed_rows(path: Path = SEED_TABLE) -> dict[str, dict[str, Any]] | None:
     """The seed table's rows by claim name (``verdicts`` by seed, ``stability``), or None where there is none."""
-    table = committed_full_records(path)
+    table = _read(path)
     if table is None or not isinstance(table.get("rows"), list):
         return None
     return {str(row["name"]): row for row in table["rows"] if isinstance(row, dict) and "name" in row}
 
 
-_STABILITY = {"stable": "stable", "undecided": "undecided", "flips": "flips", "incomplete": "incomplete"}
-
-
 def seed_cell(row: dict[str, Any]) -> str:
-    """A seed-table row in one cell: "stable: PARTIAL ×5", or each verdict with its seeds where they differ
-    ("flips: PARTIAL ×4, SUPPORTED (seed 3)")."""
+    """A seed-table row in one cell: its stability, then its verdicts ("stable: PARTIAL ×5"), each with its seeds
+    where they differ ("flips: PARTIAL ×4, SUPPORTED (seed 3)")."""
     by_verdict: dict[str, list[str]] = {}
     for seed, verdict in row.get("verdicts", {}).items():
         by_verdict.setdefault(str(verdict), []).append(str(seed))
-    if len(by_verdict) == 1:
-        ((verdict, seeds),) = by_verdict.items()
-        return f"{_STABILITY.get(str(row.get('stability')), '?')}: {verdict} ×{len(seeds)}"
     parts = sorted(by_verdict.items(), key=lambda kv: -len(kv[1]))
-    words = [f"{v} ×{len(s)}" if len(s) > 1 else f"{v} (seed {s[0]})" for v, s in parts]
-    return f"{_STABILITY.get(str(row.get('stability')), '?')}: {', '.join(words)}"
+    words = [f"{v} ×{len(s)}" if len(s) > 1 or len(parts) == 1 else f"{v} (seed {s[0]})" for v, s in parts]
+    return f"{row.get('stability', '?')}: {', '.join(words)}"
