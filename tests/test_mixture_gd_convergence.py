@@ -54,8 +54,8 @@ def _record_steps(monkeypatch: pytest.MonkeyPatch) -> list[MixtureParams]:
     steps: list[MixtureParams] = []
     original = _gd.gd_step
 
-    def recording(state: Any, x: Any, shift: Any, scale: Any, *rest: Any) -> float:
-        out = original(state, x, shift, scale, *rest)
+    def recording(state: Any, x: Any, shift: Any, scale: Any, *rest: Any, **kw: Any) -> float:
+        out = original(state, x, shift, scale, *rest, **kw)
         steps.append(_gd.state_params(state, "full", shift, scale))
         return out
 

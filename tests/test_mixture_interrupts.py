@@ -117,8 +117,8 @@ def _record_step_params(monkeypatch: pytest.MonkeyPatch, fitter: str) -> list[li
     else:
         original_gd = _gd.gd_step
 
-        def gd(state: Any, x: Any, shift: Any, scale: float, *rest: Any) -> float:
-            out = original_gd(state, x, shift, scale, *rest)
+        def gd(state: Any, x: Any, shift: Any, scale: float, *rest: Any, **kw: Any) -> float:
+            out = original_gd(state, x, shift, scale, *rest, **kw)
             steps.append([t.double().numpy().copy() for t in _gd.state_params(state, "full", shift, scale)])
             return out
 

@@ -75,7 +75,7 @@ def add_parsers(sub: Any) -> None:
         "--missing",
         default="raise",
         choices=("raise", "marginalize"),
-        help="marginalize: empty cells and NaN are missing values, integrated out (fitter em; default raise)",
+        help="marginalize: empty cells and NaN are missing values, integrated out (every fitter; default raise)",
     )
     fit.add_argument("--json", action="store_true", help="print one JSON object")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -148,8 +148,6 @@ def _fit(args: argparse.Namespace, prog: str) -> int:
     # Everything the user can get wrong is checked before the mixture package (and torch) is imported.
     if args.k_range is not None and args.n_components != "auto":
         raise ValueError("--k-range chooses K for --n-components auto; with a fixed K leave it out")
-    if args.missing == "marginalize" and args.fitter != "em":
-        raise ValueError(f"--missing marginalize is fitted by --fitter em, not {args.fitter}")
     if args.out is not None:
         _check_model_path(Path(args.out))
     batch_rows = args.batch_size or _default_batch_size(args.fitter)

@@ -11,7 +11,8 @@ Row weights (``sample_weight``) are one array beside X in memory, or, for a stre
 
 Values are checked (``_validation.check_values``: no NaN or inf, N·max|X|² within the compute dtype) once for
 an in-memory array and per batch for memmaps and streams, before the cast to the compute dtype, by one reduction
-without a temporary copy of the data.
+without a temporary copy of the data. With ``missing=True`` (``missing="marginalize"``) a NaN is a missing value
+and passes the check; a row with every feature missing, or an inf, does not.
 """
 
 import math
@@ -104,8 +105,12 @@ class DataSource:
         n_features: int | None = None,
         expected: str = _MODEL_WIDTH,
         sample_weight: Any = None,
+        missing: bool = False,
     ) -> None:
         self.device = device
+        #: whether a NaN is a missing value (``missing="marginalize"``): allowed in the data, and the E-step
+        #: integrates it out (``_missing``); the compute dtype is then float64
+        self.missing = missing
         self.dtype = dtype
         self.kind: str
         self._data: Any
@@ -142,7 +147,7 @@ class DataSource:
         self._checked = False
         self.layout: tuple[int, int] | None = None  # in a process group: (first global row, global rows)
         if self.kind == "tensor":  # check and convert once, not in every pass; checked before the cast
-            check_values("X", self._data, self.n_samples or 0, dtype)
+            check_values("X", self._data, self.n_samples or 0, dtype, missing)
             self._data = self._data.to(device=device, dtype=dtype)
             self._checked = True
         #: one float64 weight per row (``sample_weight``) of X in memory, or None: every row counts once
@@ -183,7 +188,7 @@ class DataSource:
         if self.kind == "memmap":
             part = np.array(part)  # a copy: memmaps may be read-only
             if check:
-                check_values("X", part, self.n_samples or 0, self.dtype)
+                check_values("X", part, self.n_samples or 0, self.dtype, self.missing, start)
             part = torch.from_numpy(part)
         return part.to(device=self.device, dtype=self.dtype, non_blocking=True)
 
@@ -232,7 +237,7 @@ class DataSource:
                 self.n_features, self._expected = int(x.shape[1]), "the first batch has"
             seen += int(x.shape[0])
             if check:  # the largest value so far against the rows so far: N·max|X|² as a whole array
-                peak = max(peak, check_values("X", x, seen, self.dtype))
+                peak = max(peak, check_values("X", x, seen, self.dtype, self.missing, seen - int(x.shape[0])))
                 check_magnitude("X", peak, seen, self.dtype)
             w = None
             if self.stream_weighted:
@@ -355,7 +360,7 @@ class DataSource:
             rows = self._data.index_select(0, torch.from_numpy(idx).to(self._data.device))  # as in batches()
         else:
             part = self._data[idx]
-            check_values("X", part, int(self.n_samples or 0), self.dtype)
+            check_values("X", part, int(self.n_samples or 0), self.dtype, self.missing)
             rows = torch.from_numpy(np.ascontiguousarray(part))
         return rows.to(device=self.device, dtype=self.dtype)
 
@@ -415,7 +420,7 @@ class DataSource:
                 rows = self._data[torch.from_numpy(idx)]
             else:  # a memmap's sample is checked as its batches are (k-means reads it first)
                 part = self._data[idx]
-                check_values("X", part, int(self.n_samples or 0), self.dtype)
+                check_values("X", part, int(self.n_samples or 0), self.dtype, self.missing)
                 rows = torch.from_numpy(part)
             return rows.to(device=self.device, dtype=self.dtype), w
         # keys from a generator seeded by rng's state without drawing from rng: a stream that fits in max_rows

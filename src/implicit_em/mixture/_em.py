@@ -21,7 +21,7 @@ from torch import Tensor
 
 from implicit_em import gaussian
 from implicit_em.distances import gaussian_energies
-from implicit_em.mixture import _distributed, _interrupt
+from implicit_em.mixture import _distributed, _interrupt, _missing
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._estep import pass_summary
 from implicit_em.mixture._fused import Batch
@@ -81,7 +81,10 @@ def full_pass(
     batches = data.weighted_batches(batch_size)
     if interruptible and not collective:
         batches = _checked(batches)
-    total = pass_summary(batches, a, shift, lookahead=data.kind != "iterable")
+    if data.missing:  # a batch with NaN integrates its missing features out (float64)
+        total = _missing.pass_summary(batches, a, params, covariance_type, shift)
+    else:
+        total = pass_summary(batches, a, shift, lookahead=data.kind != "iterable")
     if collective:  # every process's statistics summed; a process without data adds zeros
         k, d = params.means.shape
         total = total or _distributed.zero_summary(k, d, params.means.device)

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from torch import Tensor
 
-from implicit_em.mixture import _distributed, _stats
+from implicit_em.mixture import _distributed, _missing, _stats
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint, em_step_gain, fit_em
 from implicit_em.mixture._estep import pass_loglik
@@ -214,6 +214,7 @@ class _OnlineSteps:
             shift=shift,
             compute_dtype=x.dtype,
             weights=weights,
+            missing=True,  # a NaN reached here only if the estimator's missing="marginalize" let it
         )
         return state, new, float(loglik) / (x.shape[0] if weights is None else float(weights.sum()))
 
@@ -313,7 +314,8 @@ class GradientDescent:
                 params, settings.covariance_type, shift, scale, settings.learning_rate, settings.optimizer
             )
         coords = state.scale if state.scale is not None else scale  # the coordinates the state steps in
-        loglik = gd_step(state, x, shift, coords, settings.volume, self._settings(settings).reg_covar, weights=weights)
+        reg_covar = self._settings(settings).reg_covar  # a NaN reached here only if missing="marginalize" let it
+        loglik = gd_step(state, x, shift, coords, settings.volume, reg_covar, weights=weights, missing=True)
         return state, state_params(state, settings.covariance_type, shift, coords), loglik
 
 
@@ -325,7 +327,10 @@ def _mean_loglik(data: DataSource, params: MixtureParams, covariance_type: str, 
     """The exact mean log-likelihood of the data, one chunked pass (``_estep.pass_loglik``; over every shard in
     a process group)."""
     a = _stats.score_matrix(params, covariance_type, shift).to(data.dtype)
-    total, n = pass_loglik(data.weighted_batches(CHUNK), a, shift, lookahead=data.kind != "iterable")
+    if data.missing:
+        total, n = _missing.pass_loglik(data.weighted_batches(CHUNK), a, params, covariance_type, shift)
+    else:
+        total, n = pass_loglik(data.weighted_batches(CHUNK), a, shift, lookahead=data.kind != "iterable")
     if data.layout is not None:  # a process group: the sums over every process's shard
         sums = _distributed.all_reduce_sum(torch.tensor([total, float(n)], dtype=torch.float64, device=a.device))
         total, n = float(sums[0]), float(sums[1])

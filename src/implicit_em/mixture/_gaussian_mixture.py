@@ -24,12 +24,11 @@ from torch import Tensor
 
 from implicit_em import gaussian
 from implicit_em.gaussian import COVARIANCE_TYPES
-from implicit_em.mixture import _checkpoint, _distributed, _interrupt, _starts, _stats, _validation
+from implicit_em.mixture import _checkpoint, _distributed, _interrupt, _missing, _starts, _stats, _validation
 from implicit_em.mixture._data import IN_BATCHES, DataSource, is_batch_list, tensor_output
 from implicit_em.mixture._em import FitResult
 from implicit_em.mixture._fitting import FITTERS, REGISTRY, History
 from implicit_em.mixture._init import INIT_PARAMS, initial_assignment
-from implicit_em.mixture._missing import fit_em_missing, weighted_log_prob_missing
 from implicit_em.mixture._settings import CHUNK as _CHUNK
 from implicit_em.mixture._settings import FitSettings
 from implicit_em.mixture._split_merge import fit_split_merge
@@ -73,6 +72,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
       ``_split_merge.py``). Default 4; 0 gives exactly sklearn's result (moves run only after convergence) for
       N <= 200,000 rows; above that the k-means start is fitted on a uniform sample of 200,000 rows where sklearn
       fits it on every row, so the same seed starts elsewhere (on 1e6 rows it can end in another optimum);
+    - missing: "raise" (default: a NaN in X is an error, as sklearn's) or "marginalize": a NaN is a missing
+      value, integrated out (Ghahramani & Jordan, 1994; ``_missing.py``): each row's responsibilities and
+      likelihood are those of its observed features, EM and online EM use the expected statistics of the missing
+      ones, and "gd" steps on the observed-data likelihood (by Fisher's identity, the same statistics). Every
+      fitter, ``partial_fit``, streams, memmaps and process groups; computed in float64; the start is drawn on
+      the sample with each NaN replaced by its feature's mean; split-and-merge does not run on data with missing
+      values. Data without a NaN give the complete-data fit, bitwise;
     - device, dtype: where and in what precision to compute (default: X's device and float dtype);
     - checkpoint: None, or a file path: ``fit`` writes its state there every ``checkpoint_every`` units of
       ``max_iter`` (EM iterations, or epochs for "online_em" and "gd") and when interrupted, and the same call
@@ -229,11 +235,17 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         width = _input_width(x)
         if warm and width is not None:
             _validation.check_warm_start_width(width, int(self.n_features_in_))
+        marginalize = getattr(self, "missing", "raise") == "marginalize"
         if (isinstance(x, np.ndarray) and not isinstance(x, np.memmap)) or (
             not isinstance(x, Tensor | np.ndarray) and not _is_batches(x)
         ):
             x = validate_data(
-                self, x, reset=reset and not warm, dtype=[np.float64, np.float32], ensure_min_samples=2 if reset else 1
+                self,
+                x,
+                reset=reset and not warm,
+                dtype=[np.float64, np.float32],
+                ensure_min_samples=2 if reset else 1,
+                ensure_all_finite="allow-nan" if marginalize else True,
             )
         elif not reset:
             check_is_fitted(self)
@@ -244,7 +256,17 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         )
         n_features = None if reset and not warm else int(self.n_features_in_)
         expected = "warm_start=True continues the previous fit, which has" if warm else "the model expects"
-        source = DataSource(x, device, _dtype(self.dtype, x), n_features, expected, sample_weight)
+        # a stream, a memmap or a process group may hold a NaN anywhere (and every process must take the same path)
+        missing = marginalize and (_is_batches(x) or isinstance(x, np.memmap) or _distributed.active() or _has_nan(x))
+        dtype = _dtype(self.dtype, x)
+        if missing and dtype != torch.float64:
+            if self.dtype is not None:
+                raise ValueError(
+                    f'missing="marginalize" computes in float64; dtype={self.dtype!r} cannot hold its statistics '
+                    "(leave dtype=None or pass 'float64')"
+                )
+            dtype = torch.float64
+        source = DataSource(x, device, dtype, n_features, expected, sample_weight, missing=missing)
         if reset and source.n_features is not None:
             self.n_features_in_ = source.n_features
         return source
@@ -273,8 +295,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return self._fit(X, sample_weight).predict(X)
 
     def _fit(self, X: Any, sample_weight: Any = None) -> "GaussianMixture":
-        if self.missing == "marginalize" and _has_nan(X):
-            return self._fit_missing(X, sample_weight)
         group = _distributed.active()
         rejected: Exception | None = None
         try:  # in a process group every process learns whether any rejected its arguments or its shard
@@ -283,6 +303,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             settings = FitSettings.from_params(self.get_params(deep=False))
             fitter = REGISTRY[settings.fitter]
             data = self._source(X, reset=True, sample_weight=sample_weight)
+            if data.missing and not self.volume:
+                raise ValueError(
+                    'missing="marginalize" integrates missing values out of the likelihood; volume=False has none'
+                )
         except (ValueError, TypeError) as error:
             if not group:
                 raise
@@ -324,48 +348,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 raise KeyboardInterrupt
             if ckpt is not None and not _interrupt.requested():  # an interrupt now keeps it for the rerun
                 ckpt.remove()
-        return self
-
-    def _fit_missing(self, X: Any, sample_weight: Any) -> "GaussianMixture":
-        """``fit`` on rows with NaN features, integrated out (``_missing.py``): batch EM in float64, in one process;
-        the start (k-means or the user's) is drawn on X with each NaN replaced by its column's mean."""
-        self._check_parameters()
-        if self.fitter != "em":
-            raise ValueError(f'missing="marginalize" is fitted by fitter="em", not "{self.fitter}"')
-        if _distributed.active():
-            raise ValueError('missing="marginalize" does not run in a torch.distributed process group yet')
-        x = _with_nan(self, X, reset=not (self.warm_start and hasattr(self, "converged_")))
-        settings = FitSettings.from_params(self.get_params(deep=False))
-        imputed = np.where(np.isnan(x), np.nanmean(x, axis=0), x)
-        data = DataSource(imputed, torch.device("cpu"), torch.float64, None, sample_weight=sample_weight)
-        self.n_features_in_ = x.shape[1]
-        rng = check_random_state(self.random_state)
-        do_init = not (self.warm_start and hasattr(self, "converged_"))
-        if do_init:
-            self._shift, self._scale = self._shift_scale(data, rng)
-        best: tuple[FitResult, History] | None = None
-        for _ in range(self.n_init if do_init else 1):
-            params = (
-                self._initial_params(data, rng, self._shift) if do_init else self._params(torch.float64, data.device)
-            )
-            history = History()
-            result = fit_em_missing(
-                torch.from_numpy(x),
-                params,
-                settings,
-                shift=self._shift,
-                weights=data.weights,
-                lower_bound=-math.inf if do_init else float(self.lower_bound_),
-                callback=history.epoch,
-            )
-            if best is None or result.lower_bound > best[0].lower_bound:
-                best = (result, history)
-        assert best is not None
-        result, history = best
-        if not result.converged and self.max_iter > 0:
-            _warn_not_converged()
-        kept = result._replace(lower_bounds=tuple(float(h["loglik"]) for h in history.records[: result.n_iter]))
-        self._keep(kept, history.records, torch.float64)
         return self
 
     def _start_shift_scale(
@@ -412,7 +394,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def _shift_scale(self, data: DataSource, rng: np.random.RandomState) -> tuple[Tensor, float]:
         sample, weights = data.weighted_sample(_INIT_SAMPLE, rng)  # draws from rng only when N > _INIT_SAMPLE
         sample = sample.double()
-        if weights is None:
+        if data.missing:  # each feature's observed values
+            shift, var = _missing.nan_moments(sample, weights)
+        elif weights is None:
             shift = sample.mean(0)
             var = sample.var(0, unbiased=False)
         else:  # the rows as the weights count them (a removed row must not set gd's coordinates)
@@ -432,6 +416,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         group = data.layout is not None  # a process group: every process holds the same global sample
         if need_resp:
             x, w = data.weighted_sample(_INIT_SAMPLE, rng)
+            if data.missing:  # k-means on the sample with each missing value at its feature's mean
+                x = _missing.fill(x, shift)
             if group:  # rank 0 starts from the global sample, as the single process would; every process gets it
                 params = self._sample_params(x, k, rng, shift, data.dtype, w) if _distributed.rank() == 0 else None
                 params = _distributed.broadcast_params(params or _zero_params(k, d, self.covariance_type, x))
@@ -580,36 +566,36 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def _weighted_log_prob(self, X: Any) -> tuple[Tensor, bool, torch.dtype]:
         """log π_j + log N(x_i; μ_j, Σ_j), (N, K), computed in float64; whether results are tensors; and the
         dtype of the returned arrays: float32 when X's compute dtype and the parameters are both float32, else
-        float64 (sklearn's type promotion of X and the parameters)."""
-        check_is_fitted(self)
-        if getattr(self, "missing", "raise") == "marginalize" and _has_nan(X):
-            x = torch.from_numpy(_with_nan(self, X, reset=False))
-            logp = weighted_log_prob_missing(x, self._params(torch.float64, x.device), self.covariance_type)
-            return logp, tensor_output(X), torch.float64
-        data = self._source(X, reset=False)
-        params = self._params(torch.float64 if data.dtype == torch.float64 else data.dtype, data.device)
-        shift = getattr(self, "_shift", torch.from_numpy(np.asarray(self.means_, dtype=np.float64).mean(0)))
-        a = _stats.score_matrix(params, self.covariance_type, shift.to(data.device))
-        parts = [_stats.weighted_log_prob(x, a, shift.to(data.device)) for x in data.batches(_CHUNK)]
-        out = torch.cat(parts) if parts else torch.zeros(0, self.n_components, dtype=data.dtype)
+        float64 (sklearn's type promotion of X and the parameters). A row with a missing value
+        (``missing="marginalize"``) scores over its observed features."""
+        data = self._scoring_source(X)
+        logp = self._source_log_prob(data)[0]
         single = data.dtype == torch.float32 and np.asarray(self.means_).dtype == np.float32
-        return out, tensor_output(X), torch.float32 if single else torch.float64
+        return logp, tensor_output(X), torch.float32 if single else torch.float64
 
-    def _weighted_log_prob_in_batches(self, X: Any) -> tuple[Tensor, Tensor]:
-        """:meth:`_weighted_log_prob` of a stream of (x, w) batches, and its rows' weights (float64, (N,))."""
+    def _scoring_source(self, X: Any, sample_weight: Any = None) -> DataSource:
         check_is_fitted(self)
-        data = self._source(X, reset=False, sample_weight=IN_BATCHES)
+        return self._source(X, reset=False, sample_weight=sample_weight)
+
+    def _source_log_prob(self, data: DataSource) -> tuple[Tensor, Tensor | None]:
+        """:meth:`_weighted_log_prob` of every row of ``data`` in order, chunk by chunk, and the rows' weights
+        when a stream's batches carry them (float64, (N,); else None)."""
         params = self._params(torch.float64 if data.dtype == torch.float64 else data.dtype, data.device)
         shift = getattr(self, "_shift", torch.from_numpy(np.asarray(self.means_, dtype=np.float64).mean(0)))
-        a = _stats.score_matrix(params, self.covariance_type, shift.to(data.device))
+        shift = shift.to(data.device)
+        a = _stats.score_matrix(params, self.covariance_type, shift)
         logps, ws = [], []
         for batch in data.weighted_batches(_CHUNK):
             x, w = batch if isinstance(batch, tuple) else (batch, None)
-            logps.append(_stats.weighted_log_prob(x, a, shift.to(data.device)))
+            if data.missing and _missing.has_nan(x):
+                logps.append(_missing.batch_log_prob(x, params, self.covariance_type).to(x.dtype))
+            else:
+                logps.append(_stats.weighted_log_prob(x, a, shift))
             ws.append(w)
         if not logps:
-            return torch.zeros(0, self.n_components, dtype=data.dtype), torch.zeros(0, dtype=torch.float64)
-        return torch.cat(logps), torch.cat([w for w in ws if w is not None])
+            return torch.zeros(0, self.n_components, dtype=data.dtype), None
+        weights = torch.cat([w for w in ws if w is not None]) if data.stream_weighted else None
+        return torch.cat(logps), weights
 
     def score_samples(self, X: Any) -> Any:
         """log p(x) of every sample, (N,), in the parameters' dtype (float64 for float64 X)."""
@@ -625,7 +611,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         """(mean log p(x), N) in one pass: X may be a stream, whose N is known only after it. With
         ``sample_weight``: the weighted mean and N = Σ w (the rows the weights stand for)."""
         stream_weights = isinstance(sample_weight, str) and sample_weight == IN_BATCHES
-        logp, w = self._weighted_log_prob_in_batches(X) if stream_weights else (self._weighted_log_prob(X)[0], None)
+        logp, w = self._source_log_prob(self._scoring_source(X, IN_BATCHES if stream_weights else None))
         if logp.shape[0] == 0:
             raise ValueError("X holds no samples; the log-likelihood of no data is undefined")
         log_p = _stats.log_normalize(logp.T)[1].double()
@@ -705,7 +691,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
+        tags.input_tags.allow_nan = getattr(self, "missing", "raise") == "marginalize"
         return tags
 
 
@@ -748,24 +734,6 @@ def _has_nan(x: Any) -> bool:
     except (TypeError, ValueError):
         return False  # not numbers: the usual validation names the problem
     return bool(np.isnan(array).any())
-
-
-def _with_nan(estimator: Any, x: Any, reset: bool) -> np.ndarray:
-    """X as float64 with its NaN kept (``missing="marginalize"``), checked: no inf, no row without an observed
-    feature, the fitted width when scoring."""
-    if isinstance(x, Tensor):
-        x = x.detach().cpu().numpy()
-    x = validate_data(
-        estimator, x, reset=reset, dtype=[np.float64, np.float32], ensure_all_finite="allow-nan", ensure_min_samples=1
-    )
-    x = np.asarray(x, dtype=np.float64)
-    empty = np.nonzero(np.isnan(x).all(axis=1))[0]
-    if len(empty):
-        raise ValueError(
-            f"{len(empty)} row(s) of X have every feature missing (first: row {int(empty[0])}); a row with nothing "
-            "observed says nothing about the mixture: remove it"
-        )
-    return x
 
 
 def _is_batches(x: Any) -> bool:

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from implicit_em.distances import GaussianComponents
 from implicit_em.gaussian import covariances_from_precisions_cholesky, full_precisions
-from implicit_em.mixture import _distributed, _interrupt
+from implicit_em.mixture import _distributed, _interrupt, _missing
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint
 from implicit_em.mixture._epochs import EpochPosition, weighted_epoch_batches
@@ -164,6 +164,7 @@ def gd_step(
     fast: FastStep | None = None,
     weights: Tensor | None = None,
     mean_weight: float | None = None,
+    missing: bool = False,
 ) -> float:
     """One optimiser step on batch x (original coordinates), with ``reg_covar``'s penalty when > 0 and the
     objective is the likelihood (volume=True; :func:`_reg_covar_backward`); returns the batch's mean objective
@@ -173,7 +174,12 @@ def gd_step(
 
     ``weights`` (B,): the step follows Σ_i w_i log p(x_i) / (B · ``mean_weight``), an unbiased estimate of the
     data's weighted mean log-likelihood when ``mean_weight`` is the mean weight of all the rows (default: this
-    batch's), and returns the batch's weighted mean."""
+    batch's), and returns the batch's weighted mean.
+
+    ``missing``: x may hold NaN (missing values); a batch that does steps on its observed-data log-likelihood
+    with the statistics of :func:`missing_statistics` (Fisher's identity), by the autograd step."""
+    if missing and _missing.has_nan(x):
+        return _missing_step(state, x, shift, scale, reg_covar, weights, mean_weight)
     jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
     rows = float(x.shape[0])
     if weights is not None:
@@ -200,6 +206,58 @@ def gd_step(
     return -float(loss.detach()) - jacobian
 
 
+def missing_statistics(
+    state: GDState, x: Float[Tensor, "b d"], shift: Float[Tensor, " d"], scale: Scale, weights: Tensor | None = None
+) -> tuple[Float[Tensor, "p k"], float, float]:
+    """For a batch with missing values (NaN): the statistics Σ_i w_i r_ij E_j[φ(u_i) | x_o] (P, K, float64) whose
+    negative, divided by the rows, is the gradient of the batch's mean observed-data log-likelihood with respect
+    to :func:`log_joint_matrix` (Fisher's identity, ``_missing``), Σ w log p(x_o) in original coordinates, and
+    Σ w (the rows when unweighted)."""
+    c = state.components
+    params = state_params(state, c.covariance_type, shift, scale)
+    summary = _missing.batch_summary(x, params, c.covariance_type, shift, weights)
+    stat = _missing.gradient_statistics(summary, _whitening(scale, c.n_features, x.device))
+    return stat, float(summary.loglik), float(summary.n)
+
+
+def _missing_step(
+    state: GDState,
+    x: Float[Tensor, "b d"],
+    shift: Float[Tensor, " d"],
+    scale: Scale,
+    reg_covar: float,
+    weights: Tensor | None,
+    mean_weight: float | None,
+) -> float:
+    """:func:`gd_step` on a batch with missing values: autograd from the score matrix, with the expected
+    statistics for −φRᵀ; returns the batch's (weighted) mean observed-data log-likelihood."""
+    rows = float(x.shape[0])
+    if weights is not None:
+        rows = x.shape[0] * (float(weights.double().mean()) if mean_weight is None else mean_weight)
+    stat, loglik, mass = missing_statistics(state, x, shift, scale, weights)
+    state.optimizer.zero_grad(set_to_none=True)
+    a = log_joint_matrix(state, True)
+    a.backward(stat.to(a.dtype).mul_(-1.0 / rows))
+    if reg_covar > 0:
+        _reg_covar_backward(state, scale, reg_covar)
+    state.optimizer.step()
+    return loglik / mass
+
+
+def _missing_mass(x: Tensor, weights: Tensor | None) -> float:
+    return float(x.shape[0]) if weights is None else float(weights.double().sum())
+
+
+def _whitening(scale: Scale, d: int, device: torch.device) -> Tensor | None:
+    """L = S⁻¹ of the standardising map u = L(x − shift) as a (D, D) float64 matrix (None: the identity)."""
+    if not isinstance(scale, Tensor):
+        return None if scale == 1.0 else torch.eye(d, dtype=torch.float64, device=device) / scale
+    s = scale.double().to(device)
+    if s.dim() == 2:
+        return torch.linalg.solve_triangular(s, torch.eye(d, dtype=torch.float64, device=device), upper=False)
+    return torch.diag(1.0 / s)
+
+
 def uses_fast_step(dtype: torch.dtype) -> bool:
     """Whether gd's steps on data of this dtype take :class:`FastStep`: float32 (its E-step GEMMs then run in
     float32, as EM's do; the parameters stay in the state's dtype, float64 in the estimator). Float64 data keep
@@ -217,6 +275,7 @@ def group_gd_step(
     fast: FastStep | None = None,
     weights: Tensor | None = None,
     mean_weight: float = 1.0,
+    missing: bool = False,
 ) -> tuple[float, float] | None:
     r"""One data-parallel optimiser step in a process group: x is this process's part of the global batch
     (possibly empty). The gradient of the summed NLL with respect to the score matrix A, −φRᵀ (the E-step
@@ -230,9 +289,16 @@ def group_gd_step(
 
     ``weights`` (B,), this process's rows' weights: the step follows Σ w log p over the global batch divided by
     its rows times ``mean_weight`` (the mean weight of every row of every process), as :func:`gd_step` does in
-    one process, and the objective returned is Σ w log p with Σ w (a global batch of zero weights: no step)."""
+    one process, and the objective returned is Σ w log p with Σ w (a global batch of zero weights: no step).
+    ``missing``: x may hold NaN; this process's part then adds :func:`missing_statistics` (the autograd step)."""
     a: Tensor | None = None
-    if fast is not None:
+    jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
+    if missing and fast is None and _missing.has_nan(x):
+        state.optimizer.zero_grad(set_to_none=True)
+        a = log_joint_matrix(state, volume)
+        stat, observed, _ = missing_statistics(state, x, shift, scale, weights)
+        loglik = torch.tensor(observed + _missing_mass(x, weights) * jacobian, dtype=torch.float64)  # as x_std's
+    elif fast is not None:
         stat, loglik = fast.statistics(x, fast.score_matrix_t(volume), weights)  # (K, P) circulant, float64
     else:
         x_std = _standardise(x, shift, scale)
@@ -268,7 +334,6 @@ def group_gd_step(
         if reg_covar > 0 and volume:
             _reg_covar_backward(state, scale, reg_covar)
     state.optimizer.step()
-    jacobian = _log_jacobian(scale, x.shape[1]) if volume else 0.0  # density of x = density of x_std / |det S|
     return float(flat[-2]) - total * jacobian, total
 
 
@@ -357,6 +422,7 @@ def fit_gd(
     in_group = data.layout is not None  # a process group: data-parallel steps on the global mini-batches
     passes = epoch_passes(data, batch_size, min_steps)
     mean_weight = _mean_weight(data)
+    missing = data.missing
     fast = None
     if uses_fast_step(data.dtype):
         fast = FastStep(state.components, state.logits, shift, coords, batch_size, data.dtype)
@@ -375,14 +441,17 @@ def fit_gd(
                 for x, w in _epoch_batches(data, batch_size, generator, pos, passes):
                     step: tuple[float, float] | None
                     if in_group:
-                        step = group_gd_step(state, x, shift, coords, volume, reg_covar, fast, w, mean_weight or 1.0)
+                        step = group_gd_step(
+                            state, x, shift, coords, volume, reg_covar, fast, w, mean_weight or 1.0, missing
+                        )
                         if step is None:
                             break
                     elif w is None:
-                        step = gd_step(state, x, shift, coords, volume, reg_covar, fast) * x.shape[0], x.shape[0]
+                        mean = gd_step(state, x, shift, coords, volume, reg_covar, fast, missing=missing)
+                        step = mean * x.shape[0], x.shape[0]
                     elif bool((w > 0).any()):  # the batch's weighted log-likelihood and weight
                         total = float(w.double().sum())
-                        mean = gd_step(state, x, shift, coords, volume, reg_covar, fast, w, mean_weight)
+                        mean = gd_step(state, x, shift, coords, volume, reg_covar, fast, w, mean_weight, missing)
                         step = mean * total, total
                     else:  # every row of the batch removed: no step
                         step = 0.0, 0.0
@@ -509,6 +578,8 @@ def feature_scale(data: DataSource, shift: Float[Tensor, " d"], scale: float, co
     for batch in data.weighted_batches(_PASS_ROWS):  # weighted rows count as the weights say
         x, w = batch if isinstance(batch, tuple) else (batch, None)
         xc = x.double() - shift.double().to(x.device)
+        if data.missing:  # a missing value sits at the mean: the spread of the observed values, a little less
+            xc = torch.nan_to_num(xc, nan=0.0)
         if w is None:
             rows = torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)
             part = torch.cat([xc.sum(0), (xc.T @ xc).reshape(-1), rows])

@@ -28,7 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from implicit_em.mixture import _distributed, _interrupt
+from implicit_em.mixture import _distributed, _interrupt, _missing
 from implicit_em.mixture._data import DataSource
 from implicit_em.mixture._em import Callback, FitResult, SafePoint, fit_em
 from implicit_em.mixture._epochs import EpochPosition, weighted_epoch_batches
@@ -63,15 +63,33 @@ def online_step(
     step_power: float = 0.5,
     summarizer: Summarizer | None = None,
     weights: Float[Tensor, " b"] | None = None,
+    missing: bool = False,
 ) -> tuple[OnlineState, MixtureParams, Float[Tensor, ""]]:
     """One stochastic EM step on batch x: returns the new state, the new parameters and Σ_i log p(x_i) (float64).
     ``summarizer``: the fit's E-step (:class:`~implicit_em.mixture._estep.Summarizer`), whose buffers are kept
     across steps; by default one for this batch. ``weights`` (B,): each row counts that many times (the step
-    averages the statistics over Σ w, and the log-likelihood is Σ_i w_i log p(x_i))."""
-    a = score_matrix(params, covariance_type, shift).to(compute_dtype)
-    batch = (summarizer or Summarizer.for_batch(x, a))(x, a, shift, weights)
+    averages the statistics over Σ w, and the log-likelihood is Σ_i w_i log p(x_i)). ``missing``: x may hold NaN
+    (missing values), whose expected statistics the step averages in (``_missing.batch_summary``)."""
+    batch = _batch(x, params, covariance_type, shift, compute_dtype, summarizer, weights, missing)
     state, new = _update(state, batch, params, covariance_type, reg_covar, shift, step_offset, step_power)
     return state, new, batch.loglik
+
+
+def _batch(
+    x: Float[Tensor, "b d"],
+    params: MixtureParams,
+    covariance_type: str,
+    shift: Float[Tensor, " d"],
+    compute_dtype: torch.dtype,
+    summarizer: Summarizer | None,
+    weights: Float[Tensor, " b"] | None,
+    missing: bool,
+) -> Summary:
+    """The statistics of batch x under ``params``: the expected ones when it holds a missing value."""
+    if missing and _missing.has_nan(x):
+        return _missing.batch_summary(x, params, covariance_type, shift, weights)
+    a = score_matrix(params, covariance_type, shift).to(compute_dtype)
+    return (summarizer or Summarizer.for_batch(x, a))(x, a, shift, weights)
 
 
 def _update(
@@ -103,6 +121,7 @@ def group_online_step(
     compute_dtype: torch.dtype,
     summarizer: Summarizer | None = None,
     weights: Float[Tensor, " b"] | None = None,
+    missing: bool = False,
 ) -> tuple[OnlineState, MixtureParams, float, float] | None:
     """One global step in a process group: x is this process's part of the global batch (possibly empty), the
     statistics of every part are summed by one all-reduce (which also carries a pending interrupt: every
@@ -114,8 +133,7 @@ def group_online_step(
     taken only then."""
     k, d = params.means.shape
     if x.shape[0] > 0:
-        a = score_matrix(params, covariance_type, shift).to(compute_dtype)
-        batch = (summarizer or Summarizer.for_batch(x, a))(x, a, shift, weights)
+        batch = _batch(x, params, covariance_type, shift, compute_dtype, summarizer, weights, missing)
     else:
         batch = _distributed.zero_summary(k, d, params.means.device)
     batch, stop = _distributed.all_reduce_pass(batch, _interrupt.requested())
@@ -194,6 +212,7 @@ def fit_online_em(
                             compute_dtype=data.dtype,
                             summarizer=summarizer,
                             weights=w,
+                            missing=data.missing,
                         )
                         if step is None:
                             break
@@ -210,6 +229,7 @@ def fit_online_em(
                         compute_dtype=data.dtype,
                         summarizer=summarizer,
                         weights=w,
+                        missing=data.missing,
                     )
                     pos.advance(float(batch_loglik), x.shape[0] if w is None else float(w.sum()))
                     _interrupt.check()

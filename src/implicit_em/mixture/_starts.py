@@ -73,7 +73,8 @@ class Starts:
                 resume = saved["run"] if saved is not None and stage == "fit" else None
                 params = MixtureParams(*resume["params"]) if resume is not None else self.initial_params()
                 result = self.fit(params, history, resume)
-            if self.settings.split_merge > 0 and self.fitter.split_merge and result.converged:
+            # split-and-merge proposes its moves from a sample of complete rows: not on data with missing values
+            if self.settings.split_merge > 0 and self.fitter.split_merge and result.converged and not self.data.missing:
                 if self.ckpt is not None:
                     self.ckpt.save(self.payload("split_merge", history, result=_checkpoint.result_to_dict(result)))
                 progress = self.progress

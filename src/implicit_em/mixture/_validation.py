@@ -89,11 +89,27 @@ def check_magnitude(name: str, peak: float, n_rows: int, dtype: torch.dtype) -> 
     )
 
 
-def check_values(name: str, x: Tensor | np.ndarray, n_rows: int, dtype: torch.dtype) -> float:
+def check_values(
+    name: str, x: Tensor | np.ndarray, n_rows: int, dtype: torch.dtype, missing: bool = False, first_row: int = 0
+) -> float:
     """No NaN or inf in ``x`` and N·max|x|² within ``dtype`` (N = ``n_rows``); returns max |x|.
 
-    One reduction over ``x`` with no temporary of its size (``_checks.max_abs``)."""
+    One reduction over ``x`` with no temporary of its size (``_checks.max_abs``). ``missing``: a NaN is a missing
+    value (``missing="marginalize"``), allowed except where a whole row is NaN (named by its row, counted from
+    ``first_row``); inf is still an error, and the magnitude is over the observed values."""
     peak = max_abs(x)
+    if math.isnan(peak) and missing:
+        t = torch.as_tensor(x)
+        nan = torch.isnan(t)
+        empty = torch.nonzero(nan.all(1)).reshape(-1)
+        if len(empty):
+            raise ValueError(
+                f"{len(empty)} row(s) of {name} have every feature missing (first: row {first_row + int(empty[0])}); "
+                "a row with nothing observed says nothing about the mixture: remove it"
+            )
+        peak = max_abs(torch.where(nan, 0.0, t))
+        if math.isinf(peak):
+            raise ValueError(f"Input {name} contains infinity (inf); NaN is a missing value, inf is not")
     if not math.isfinite(peak):
         raise ValueError(f"Input {name} contains NaN or infinity (inf); remove or impute those rows")
     check_magnitude(name, peak, n_rows, dtype)
