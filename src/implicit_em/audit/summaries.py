@@ -9,6 +9,7 @@ line per claim under :data:`WIDTH` characters: the verdict, the wall time and th
 from typing import Any
 
 from implicit_em.report._committed import committed_full_records, full_size_cell
+from implicit_em.report._sizes import cannot_decide
 
 __all__ = ["WIDTH", "closing_table", "committed_full_records", "deciding", "finished_line"]
 
@@ -60,5 +61,8 @@ def closing_table(state: dict[str, Any], full: dict[str, Any] | None) -> list[st
             other = "no record" if full is not None else "not in this install"
         else:
             other = full_size_cell(rec, ref)
-        rows.append(_short(f"  {rec['verdict']:<10}{name:<24}{other:<22}{rec.get('title', '')}", WIDTH))
+        title = rec.get("title", "")
+        if cannot_decide(name, str(state.get("size"))):
+            title = f"[this size cannot decide: a smoke size] {title}"
+        rows.append(_short(f"  {rec['verdict']:<10}{name:<24}{other:<22}{title}", WIDTH))
     return rows

@@ -35,6 +35,7 @@ from implicit_em._runio import write_text_atomic
 from implicit_em.report._committed import committed_full_records, committed_seed_rows, full_size_cell, seed_cell
 from implicit_em.report._labels import criterion_label, figure_caption, metric_label
 from implicit_em.report._math import tex_to_html
+from implicit_em.report._sizes import cannot_decide
 from implicit_em.report._results import VERDICTS, check_results, read_results
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -225,6 +226,7 @@ def _experiment(
         "seconds": float(e.get("seconds", 0.0)),
         "full_size": _full_size(e, results, full),
         "seeds": _seeds(e, seed_rows),
+        "cannot_decide": cannot_decide(str(e["name"]), str(results.get("size"))),
         "criteria": criteria,
         "identities": [c for c in every if c["role"] == "identity"],
         "passed": sum(c["passed"] for c in criteria),
