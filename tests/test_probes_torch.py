@@ -255,3 +255,23 @@ def test_summary_sub_batch_every_n_steps(monkeypatch: pytest.MonkeyPatch) -> Non
     assert batches == [3, 3, 3, 3]  # one fused call per forward, captured or not
     assert probe.calls_at("blocks.0.attn") == 2
     assert probe.check_laws()["routing_law"] <= TOL
+
+
+@pytest.mark.parametrize("mode", ["full", "summary"])
+@pytest.mark.parametrize("shape", [(0, 5, 8), (3, 0, 8)])
+def test_an_empty_batch_or_sequence_is_skipped_with_a_note(mode: str, shape: tuple[int, int, int]) -> None:
+    """A batch or a sequence of length 0 runs forward and backward as without the probe (the Lightning callback's
+    training step goes on), the probe notes the skipped call, and check_laws on nothing but empty calls says so
+    in one line; a later non-empty call is checked as usual (before: a raw IndexError in both modes)."""
+    model = Wrapped(batch_first=True)
+    with pytest.warns(RuntimeWarning, match="skipped an empty call"), AttentionProbe(model, mode=mode) as probe:
+        model(torch.zeros(*shape, dtype=torch.float64), None, None).sum().backward()
+    assert len(probe.skipped) == 1 and "blocks.0.attn" in probe.skipped[0]
+    with pytest.raises(RuntimeError, match="every captured call was empty"):
+        probe.check_laws()
+    x = torch.randn(2, 4, 8, dtype=torch.float64)
+    with pytest.warns(RuntimeWarning, match="skipped an empty call"), AttentionProbe(model, mode=mode) as probe:
+        model(torch.zeros(*shape, dtype=torch.float64), None, None).sum().backward()
+        model(x, None, None).pow(2).sum().backward()
+    verdict = probe.check_laws()
+    assert verdict.passed and len(probe.skipped) == 1

@@ -172,6 +172,8 @@ class AttentionProbe:
         self._calls_before = 0  # calls recorded before the current forward of the model
         self._callers: dict[int, nn.Module] = {}  # modules that called HF's attention function, not being sites
         self._scales: dict[str, dict[str, Tensor]] = {}  # summary mode: the laws' scales per site (_verdict.py)
+        #: one line per call the probe skipped because it was empty (a batch, a query or a key sequence of length 0)
+        self.skipped: list[str] = []
 
     # ---- discovery -----------------------------------------------------------------------------------
     def _find_sites(self, model: nn.Module, layers: Sequence[int | str] | None, names: Sequence[str] | None) -> None:
@@ -222,6 +224,7 @@ class AttentionProbe:
             raise RuntimeError("another AttentionProbe is already active; probes do not nest")
         self._committed.clear()
         self._pending.clear()
+        self.skipped.clear()
         self._stats.clear()
         self._scales.clear()
         try:
@@ -350,6 +353,11 @@ class AttentionProbe:
             return
         assert site is not None
         self._site_calls[site] = self._site_calls.get(site, 0) + 1
+        if weights.numel() == 0:  # no query, no key or no sequence: no responsibility to read, no law to check
+            note = f"{site}: skipped an empty call at step {self.step} (attention weights {tuple(weights.shape)})"
+            self.skipped.append(note)
+            warnings.warn(f"AttentionProbe {note}", RuntimeWarning, stacklevel=2)
+            return
         a4, v4 = _as4d(weights), _as4d(value)
         if v4.shape[:2] != a4.shape[:2]:
             raise ValueError(
@@ -459,6 +467,11 @@ class AttentionProbe:
         if not any("routing_law" in row or "value_law" in row for row in per_layer.values()):
             if self.mode == "summary" and not self.laws:
                 raise RuntimeError("this probe was made with laws=False: summary mode computed no law residuals")
+            if not per_layer and self.skipped:
+                raise RuntimeError(
+                    f"every captured call was empty (a batch or a sequence of length 0), so there is no law to check: "
+                    f"{self.skipped[0]}" + (f" and {len(self.skipped) - 1} more" if len(self.skipped) > 1 else "")
+                )
             if not per_layer and self.model is not None:
                 looked = ", ".join(self.sites.values())
                 raise RuntimeError(
