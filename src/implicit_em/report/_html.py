@@ -35,8 +35,8 @@ from implicit_em._runio import write_text_atomic
 from implicit_em.report._committed import committed_full_records, committed_seed_rows, full_size_cell, seed_cell
 from implicit_em.report._labels import criterion_label, figure_caption, metric_label
 from implicit_em.report._math import tex_to_html
-from implicit_em.report._sizes import cannot_decide
 from implicit_em.report._results import VERDICTS, check_results, read_results
+from implicit_em.report._sizes import cannot_decide
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _VERSIONS = ("torch", "numpy", "scikit-learn", "transformers", "python")
