@@ -1,5 +1,6 @@
 """The audit guide's table of results, from the committed records: each claim's quick verdicts at seeds 0 to 4
-(``docs/audit-seed-table.json``) and its full-size record at seed 0 (``docs/audit-full-results.json``).
+(``docs/audit-seed-table.json``) and its full-size record at seed 0 (``docs/audit-full-results.json``; ``*`` where the
+record's config or code is not this checkout's, as ``tools/check_audit_records.py`` says).
 
     .venv/bin/python tools/audit_table.py            # print the table
     .venv/bin/python tools/audit_table.py --write    # replace the table in docs/audit.md
@@ -12,8 +13,11 @@ show a verdict the records do not hold.
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from implicit_em.audit import EXPERIMENTS
+from implicit_em.audit import provenance as _provenance
+from implicit_em.audit.runner import _stale
 from implicit_em.report._committed import committed_full_records, committed_seed_rows
 from implicit_em.report._sizes import cannot_decide
 
@@ -24,7 +28,8 @@ START, END = "<!-- audit-table -->", "<!-- /audit-table -->"
 def table() -> str:
     """One row per registry experiment: its page, title, the five quick verdicts, stability, the full record."""
     seeds = committed_seed_rows() or {}
-    full = (committed_full_records() or {}).get("experiments", {})
+    records = committed_full_records() or {}
+    full = records.get("experiments", {})
     lines = [
         "| experiment | claim | seed 0 | seed 1 | seed 2 | seed 3 | seed 4 | quick, over seeds | full size, seed 0 |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -37,10 +42,20 @@ def table() -> str:
             stability += " (a smoke size: cannot decide)"
         rec = full.get(exp.name)
         full_cell = f"{rec['verdict']} @{str(rec.get('commit') or '')[:7]}" if rec else "—"
+        if rec and _changed_since(exp, rec, records):
+            full_cell += " *"
         title = exp.title.replace("|", "\\|")
         lines.append(f"| [`{exp.name}`](claims/{exp.name}.md) | {title} | " + " | ".join(verdicts)
                      + f" | {stability} | {full_cell} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def _changed_since(exp: Any, rec: dict[str, Any], records: dict[str, Any]) -> bool:
+    """Whether the record's config or code is not this checkout's (``tools/check_audit_records.py``'s test)."""
+    cfg = exp.config(records["size"] == "quick", int(records["seed"]))
+    code = _provenance.code_files(exp.run.__module__)
+    why = _stale(rec, _provenance.config_dict(cfg), _provenance.config_hash(cfg), code, {})
+    return why is not None and not why.startswith("library versions changed")
 
 
 def replaced(text: str, new_table: str) -> str:
