@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gmm_vs_peers import _AnonPeak
+from gmm_vs_peers import _AnonPeak, count_calls
 
 CONTENDERS = ("ours", "sklearn", "torchgmm", "pomegranate", "gmmx")
 TORCHGMM_BATCH = 100_000
@@ -126,14 +126,7 @@ def _fit(name: str, cov: str, x: np.ndarray, start: dict[str, np.ndarray], iters
                  for j in range(k)]  # fmt: skip
         gm = GeneralMixtureModel(dists, priors=torch.tensor(start["weights"], dtype=torch.float32), max_iter=iters,
                                  tol=-1.0)  # fmt: skip
-        calls = [0]
-        summarize = gm.summarize
-
-        def counting(*a: Any, **kw: Any) -> Any:
-            calls[0] += 1
-            return summarize(*a, **kw)
-
-        gm.summarize = counting  # type: ignore[method-assign]
+        calls = count_calls(gm, "summarize")
         gm.fit(xt)
         return calls[0]
     if name == "torchgmm":
@@ -165,7 +158,7 @@ x = jnp.asarray(np.load(sys.argv[4]))
 fitter = EMFitter(max_iter=iters, tol=0.0, reg_covar=1e-6)
 jax.block_until_ready(fitter.fit(x, gmm))  # compiles
 sys.path.insert(0, sys.argv[5])
-from gmm_vs_peers import _AnonPeak
+from gmm_vs_peers import _AnonPeak, count_calls
 probe = _AnonPeak()
 start = time.perf_counter()
 jax.block_until_ready(fitter.fit(x, gmm))

@@ -144,14 +144,7 @@ def _run(name: str, work: Path, tol: float, max_iter: int, seed: int) -> dict[st
         m = GeneralMixtureModel(
             dists, priors=torch.tensor(start["weights"], dtype=torch.float32), max_iter=max_iter, tol=tol * n
         )
-        calls = [0]
-        summarize = m.summarize
-
-        def counting(*a: Any, **k: Any) -> Any:
-            calls[0] += 1
-            return summarize(*a, **k)
-
-        m.summarize = counting  # type: ignore[method-assign]
+        calls = count_calls(m, "summarize")
         m.fit(torch.from_numpy(np.asarray(train, dtype=np.float32)))
         params = (
             m.priors.numpy(),
@@ -213,6 +206,20 @@ def _run(name: str, work: Path, tol: float, max_iter: int, seed: int) -> dict[st
         "base_anon_mb": anon.base,
         "params": [np.asarray(p, dtype=np.float64).tolist() for p in params],
     }
+
+
+def count_calls(obj: Any, method: str) -> list[int]:
+    """Wrap ``obj.<method>`` to count its calls (pomegranate's EM iterations: one ``summarize`` each); the count
+    is the returned list's one element."""
+    calls = [0]
+    original = getattr(obj, method)
+
+    def counting(*a: Any, **k: Any) -> Any:
+        calls[0] += 1
+        return original(*a, **k)
+
+    setattr(obj, method, counting)
+    return calls
 
 
 def _anon_mb() -> float:
